@@ -1,0 +1,89 @@
+// dsinfer model floor: the interface every target architecture implements.
+//
+// Data flow: the caller owns a KVCache (one slot per live sequence) and calls
+// Model::forward with a batch of (slot, new tokens) entries. Each entry appends its tokens
+// at positions [kv_len, kv_len + n) of its slot; prefill, single-token decode and
+// multi-token speculative verify are all this same call. The result holds logits only for
+// the rows the caller asked for and, when asked, the residual-stream outputs of chosen
+// decoder layers (the DFlash/DSpark drafters read those).
+//
+// Determinism contract (batch invariance): the logits and captured hidden states of a
+// token depend only on its sequence's tokens, never on what else shares the forward call
+// or on the thread count. Kernels are written so that every reduction has a fixed order.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace dsinfer {
+
+class KVCache;
+
+struct ForwardEntry {
+  int slot = 0;                      // KV cache slot of the sequence
+  std::vector<int32_t> tokens;       // new tokens appended at the slot's current length
+  std::vector<int> logit_rows;       // indices into `tokens` whose logits are returned
+};
+
+struct ForwardBatch {
+  std::vector<ForwardEntry> entries;
+  // Decoder layer outputs to capture for every new token (residual stream after the
+  // layer's MLP add, before the final norm). Layer id -1 means the embedding output.
+  std::vector<int> capture_layers;
+};
+
+struct ForwardOutput {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  // Row-major [sum over entries of logit_rows.size(), vocab_size], entries in batch order.
+  std::vector<float> logits;
+  // Row-major [sum over entries of tokens.size(), capture_layers.size() * hidden_size]:
+  // for each new token, the captured layers concatenated in the order requested.
+  std::vector<float> captured;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+
+  // Creates a KV cache able to hold `max_slots` sequences of up to `max_tokens` each.
+  virtual std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const = 0;
+
+  // Runs the batch; appends every entry's tokens to its slot. Throws Error on bad input
+  // (token id outside the vocabulary, slot overflow) before touching the cache.
+  virtual void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) = 0;
+
+  // Pieces the drafters borrow: token embeddings and the final norm + LM head.
+  // embed: out[i * hidden .. ] = embedding of ids[i].
+  virtual void embed(const int32_t* ids, int n, float* out) const = 0;
+  // lm_head: logits[i * vocab ..] = head(final_norm(hidden[i])) when apply_norm.
+  virtual void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const = 0;
+};
+
+// KV cache: per-slot key/value storage. Lengths can be cut back (speculation rollback).
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+  virtual int max_slots() const = 0;
+  virtual int max_tokens() const = 0;
+  virtual int length(int slot) const = 0;
+  // Drops every position >= new_length of the slot. new_length <= length(slot).
+  virtual void truncate(int slot, int new_length) = 0;
+  void clear(int slot) { truncate(slot, 0); }
+};
+
+struct LoadOptions {
+  // Weight storage on the CPU: keep as in the file (mmap, no copy) or convert.
+  // "auto" keeps BF16/F32 as they are and converts F16 to F32.
+  std::string weight_dtype = "auto";
+};
+
+// Reads DIR/config.json, checks the architecture, maps the safetensors and checks every
+// tensor against the config. Throws Error naming the file/field at fault.
+std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts = {});
+
+}  // namespace dsinfer
