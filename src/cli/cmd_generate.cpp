@@ -1,10 +1,168 @@
-// PLACEHOLDER during bring-up: replaced by the real subcommand.
+// dsinfer CLI: `dsinfer generate`. Loads a model directory (and its tokenizer when present),
+// builds the prompt (raw text, chat template, or explicit ids), runs the engine's
+// generation loop and streams text to stdout. A stats line goes to stderr; with --json a
+// single JSON object (ids, text, finish_reason, usage, timings) goes to stdout instead.
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
+#include "core/thread_pool.h"
+#include "engine/generator.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
 namespace dsinfer::cli {
-Runner register_generate(CLI::App& app) {
-  app.add_subcommand("generate", "(not yet implemented)");
-  return [] { throw Error("not yet implemented"); return 1; };
+
+namespace {
+
+struct GenerateArgs {
+  std::string model_path;
+  std::string prompt;
+  bool prompt_set = false;
+  std::string prompt_ids;
+  std::string system;
+  bool chat = false;
+  bool no_think = false;
+  int max_tokens = 128;
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_ids;
+  bool ignore_eos = false;
+  int threads = 0;
+  bool json = false;
+};
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t a = item.find_first_not_of(" \t"), b = item.find_last_not_of(" \t");
+    if (a == std::string::npos) throw Error("--prompt-ids: empty item in '" + s + "'");
+    item = item.substr(a, b - a + 1);
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 0 || v > INT32_MAX) throw Error("--prompt-ids: '" + item + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) throw Error("--prompt-ids: no ids given");
+  return ids;
 }
+
+int run_generate(const GenerateArgs& a) {
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  if (a.prompt_set == !a.prompt_ids.empty()) throw Error("generate: give exactly one of --prompt or --prompt-ids");
+  if (a.chat && !a.prompt_set) throw Error("--chat: needs --prompt");
+
+  auto model = load_model(a.model_path);
+  const ModelConfig& cfg = model->config();
+  std::unique_ptr<Tokenizer> tok;
+  if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
+
+  std::vector<int32_t> prompt;
+  if (a.prompt_set) {
+    if (!tok) throw Error(a.model_path + "/tokenizer.json: not found (needed for --prompt; use --prompt-ids)");
+    std::string text = a.prompt;
+    if (a.chat) {
+      std::vector<ChatMessage> msgs;
+      if (!a.system.empty()) msgs.push_back({"system", a.system});
+      msgs.push_back({"user", a.prompt});
+      ChatOptions opts;
+      opts.enable_thinking = !a.no_think;
+      text = apply_chat_template(*tok, msgs, opts);
+    }
+    prompt = tok->encode(text, /*parse_special=*/a.chat);
+    if (prompt.empty()) throw Error("--prompt: encodes to zero tokens");
+  } else {
+    prompt = parse_ids(a.prompt_ids);
+  }
+
+  SamplingParams sp;
+  sp.temperature = a.temperature;
+  sp.top_p = a.top_p;
+  sp.top_k = a.top_k;
+  sp.seed = a.seed;
+  StopConditions stop;
+  stop.max_tokens = a.max_tokens;
+  stop.stop_strings = a.stop;
+  stop.stop_ids = a.stop_ids;
+  if (!a.ignore_eos) {
+    for (int32_t id : cfg.eos_token_ids) stop.stop_ids.push_back(id);
+    if (tok && !tok->eos_token().empty())
+      if (auto id = tok->token_to_id(tok->eos_token())) stop.stop_ids.push_back(*id);
+  }
+
+  TextCallback on_text;
+  if (!a.json)
+    on_text = [](std::string_view s) {
+      std::fwrite(s.data(), 1, s.size(), stdout);
+      std::fflush(stdout);
+    };
+  GenerationResult r = generate(*model, tok.get(), prompt, sp, stop, on_text);
+
+  const double prefill_tps = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0;
+  const size_t decoded = r.ids.size() > 1 ? r.ids.size() - 1 : 0;
+  const double decode_tps = r.decode_seconds > 0 && decoded ? decoded / r.decode_seconds : 0.0;
+  if (a.json) {
+    nlohmann::json j;
+    j["ids"] = r.ids;
+    j["text"] = r.text;
+    j["finish_reason"] = r.finish_reason;
+    j["prompt_ids"] = prompt;
+    j["usage"] = {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.ids.size()}};
+    j["timings"] = {{"prefill_seconds", r.prefill_seconds}, {"decode_seconds", r.decode_seconds},
+                    {"prompt_tokens_per_second", prefill_tps}, {"generated_tokens_per_second", decode_tps}};
+    std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", s.c_str());
+  } else {
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.2f tokens/s | finish: %s | threads: %d\n",
+               r.prompt_tokens, prefill_tps, r.ids.size(), decode_tps, r.finish_reason.c_str(),
+               ThreadPool::global().size());
+  return 0;
+}
+
+}  // namespace
+
+Runner register_generate(CLI::App& app) {
+  auto a = std::make_shared<GenerateArgs>();
+  auto* sub = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  sub->add_option("--model-path", a->model_path, "Hugging Face model directory")->required();
+  auto* p = sub->add_option("--prompt", a->prompt, "Prompt text");
+  sub->add_option("--prompt-ids", a->prompt_ids, "Prompt as comma-separated token ids");
+  sub->add_flag("--chat", a->chat, "Wrap --prompt as a user message with the model's chat template");
+  sub->add_option("--system", a->system, "System message (with --chat)");
+  sub->add_flag("--no-think", a->no_think, "With --chat on Qwen3: disable thinking (empty <think> block)");
+  sub->add_option("--max-tokens", a->max_tokens, "Maximum generated tokens")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-p", a->top_p, "Nucleus sampling mass, (0, 1]")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--top-k", a->top_k, "Keep the k most likely tokens, 0 = off")->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", a->seed, "Sampling seed");
+  sub->add_option("--stop", a->stop, "Stop string (repeatable); not included in the output");
+  sub->add_option("--stop-id", a->stop_ids, "Stop token id (repeatable), in addition to the model's eos ids");
+  sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's end-of-sequence ids");
+  sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  sub->add_flag("--json", a->json, "Print one JSON object with ids, text and timings");
+  return [a, p] {
+    a->prompt_set = p->count() > 0;
+    return run_generate(*a);
+  };
+}
+
 }  // namespace dsinfer::cli

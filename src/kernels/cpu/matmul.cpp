@@ -83,8 +83,16 @@ void rows_scalar(const float* x, int64_t m, const WeightView& w, int64_t j0, int
   }
 }
 
+IsaLevel hardware_isa_level() {
+  const auto& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) return IsaLevel::Scalar;
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return IsaLevel::Avx2;
+  return IsaLevel::Avx512;
+}
+
 RowsKernel rows_kernel(IsaLevel isa) {
 #if defined(__x86_64__)
+  if (static_cast<int>(isa) > static_cast<int>(hardware_isa_level())) isa = hardware_isa_level();
   switch (isa) {
     case IsaLevel::Avx512: return rows_avx512;
     case IsaLevel::Avx2: return rows_avx2;
@@ -95,7 +103,7 @@ RowsKernel rows_kernel(IsaLevel isa) {
 }
 
 void matmul_isa(IsaLevel isa, const float* x, int64_t m, const WeightView& w, float* y,
-                ThreadPool* pool) {
+                ThreadPool* pool, int64_t min_macs_per_chunk) {
   validate(w, m);
   if (m == 0 || w.rows == 0) return;
   if (w.cols == 0) {
@@ -111,10 +119,9 @@ void matmul_isa(IsaLevel isa, const float* x, int64_t m, const WeightView& w, fl
   // with a condition variable) stay small against the chunk's run time. Small matrices
   // therefore run on the calling thread alone.
   constexpr int64_t kBlock = 16;
-  constexpr int64_t kMinMacsPerChunk = int64_t{1} << 20;
   const int64_t n_blocks = (w.rows + kBlock - 1) / kBlock;
   const int64_t macs_per_block = kBlock * w.cols * m;
-  const int64_t grain = std::max<int64_t>(1, (kMinMacsPerChunk + macs_per_block - 1) / macs_per_block);
+  const int64_t grain = std::max<int64_t>(1, (std::max<int64_t>(min_macs_per_chunk, 1) + macs_per_block - 1) / macs_per_block);
   const int64_t rows = w.rows;
   pool->parallel_for(
       static_cast<size_t>(n_blocks),

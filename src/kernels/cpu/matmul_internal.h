@@ -37,13 +37,20 @@ void rows_avx2(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
 void rows_avx512(const float* x, int64_t m, const WeightView& w, int64_t j0, int64_t j1, float* y,
                  int64_t ldy);
 
-// The kernel for `isa` (falls back to a lower level if `isa` is not compiled in).
+// The best level this CPU can run, ignoring DSINFER_ISA (tests iterate up to it).
+IsaLevel hardware_isa_level();
+
+// The kernel for `isa`, lowered to hardware_isa_level() if the CPU cannot run it.
 RowsKernel rows_kernel(IsaLevel isa);
 
-// matmul() with an explicit ISA level instead of isa_level(); tests use it to compare paths
-// in one process (DSINFER_ISA is read only once).
+// Default lower bound on the work of one thread chunk (multiply-adds), see matmul.cpp.
+inline constexpr int64_t kMinMacsPerChunk = int64_t{1} << 20;
+
+// matmul() with an explicit ISA level instead of isa_level(), and an explicit chunk size;
+// tests use it to compare paths in one process (DSINFER_ISA is read only once) and to force
+// small matrices to be split across threads.
 void matmul_isa(IsaLevel isa, const float* x, int64_t m, const WeightView& w, float* y,
-                ThreadPool* pool);
+                ThreadPool* pool, int64_t min_macs_per_chunk = kMinMacsPerChunk);
 
 // The horizontal step 2 above, in scalar code (used by the scalar path and as the
 // specification the SIMD versions are tested against).

@@ -1,0 +1,160 @@
+// dsinfer kernels: AVX-512 rows kernel for matmul (compiled with -mavx512f/bw/vl/dq; only
+// called when isa_level() says the CPU has them).
+//
+// One __m512 holds the 16 canonical partial sums of one y[i][j] (matmul_internal.h).
+// A tile computes R x rows times C W rows: per 16-wide k step it converts C W vectors to
+// F32 once and reuses each for R x rows, so W (the big operand, streamed from memory) is
+// read once per call whatever m is, and the m > 1 path does R*C fmas per R+C loads.
+// m == 1 (decode) uses a 1 x 8 tile: eight independent fma chains hide fma latency and
+// eight W rows stream in parallel. The order inside each reduction is the canonical one,
+// so tiles of any shape give the same bits.
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/matmul_internal.h"
+
+namespace dsinfer::matmul_detail {
+namespace {
+
+// W element access per dtype: 16 elements at once as F32 (exact conversion), and one
+// element for the scalar tail. Pointers may be unaligned (mmapped safetensors).
+template <DType DT>
+struct WLoad;
+
+template <>
+struct WLoad<DType::F32> {
+  static constexpr int kSize = 4;
+  static __m512 load16(const char* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static float at(const char* row, int64_t k) {
+    float f;
+    std::memcpy(&f, row + 4 * k, 4);
+    return f;
+  }
+};
+
+template <>
+struct WLoad<DType::BF16> {
+  static constexpr int kSize = 2;
+  // BF16 is the top half of an F32: zero-extend each 16-bit value and shift it up.
+  static __m512 load16(const char* p) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static float at(const char* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return bf16_to_f32(h);
+  }
+};
+
+template <>
+struct WLoad<DType::F16> {
+  static constexpr int kSize = 2;
+  static __m512 load16(const char* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static float at(const char* row, int64_t k) {
+    uint16_t h;
+    std::memcpy(&h, row + 2 * k, 2);
+    return _cvtsh_ss(h);  // hardware conversion: exact, same value as f16_to_f32
+  }
+};
+
+// Canonical tree (lane l + lane l+8, then +4, +2, +1), matching reduce16().
+inline float hsum16(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 q = _mm256_add_ps(lo, hi);
+  __m128 r = _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
+  __m128 s = _mm_add_ps(r, _mm_movehl_ps(r, r));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+}
+
+// y[r * ldy + c] for r < R, c < C: x rows start at x (stride K), W rows at w (stride
+// wstride bytes).
+template <DType DT, int R, int C>
+inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, float* y, int64_t ldy) {
+  using L = WLoad<DT>;
+  __m512 acc[R][C];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
+  const int64_t K16 = K / kLanes * kLanes;
+  for (int64_t k = 0; k < K16; k += kLanes) {
+    __m512 wv[C];
+#pragma GCC unroll 16
+    for (int c = 0; c < C; ++c) wv[c] = L::load16(w + c * wstride + k * L::kSize);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * K + k);
+#pragma GCC unroll 16
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float s = hsum16(acc[r][c]);
+      const char* wr = w + c * wstride;
+      for (int64_t k = K16; k < K; ++k) s = std::fma(x[r * K + k], L::at(wr, k), s);
+      y[r * ldy + c] = s;
+    }
+}
+
+// Tile shapes. m > 1: 4 x rows by 4 W rows = 16 accumulators + 4 W + 1 x registers.
+constexpr int kDecodeC = 8;
+constexpr int kR = 4;
+constexpr int kC = 4;
+
+template <DType DT, int R>
+inline void tile_rc(int c, const float* x, int64_t K, const char* w, int64_t wstride, float* y,
+                    int64_t ldy) {
+  if (c == kC) {
+    tile<DT, R, kC>(x, K, w, wstride, y, ldy);
+  } else {
+    for (int cc = 0; cc < c; ++cc) tile<DT, R, 1>(x, K, w + cc * wstride, wstride, y + cc, ldy);
+  }
+}
+
+template <DType DT>
+void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64_t j1, float* y,
+               int64_t ldy) {
+  const int64_t K = w.cols;
+  const int64_t wstride = K * WLoad<DT>::kSize;
+  const char* base = static_cast<const char*>(w.data);
+  if (m == 1) {
+    int64_t j = j0;
+    for (; j + kDecodeC <= j1; j += kDecodeC) tile<DT, 1, kDecodeC>(x, K, base + j * wstride, wstride, y + j, ldy);
+    for (; j < j1; ++j) tile<DT, 1, 1>(x, K, base + j * wstride, wstride, y + j, ldy);
+    return;
+  }
+  // W panel of kC rows (stays in L1) against every x row in blocks of kR.
+  for (int64_t j = j0; j < j1; j += kC) {
+    const int c = static_cast<int>(j1 - j < kC ? j1 - j : kC);
+    const char* wp = base + j * wstride;
+    int64_t i = 0;
+    for (; i + kR <= m; i += kR) tile_rc<DT, kR>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
+    switch (m - i) {
+      case 3: tile_rc<DT, 3>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      case 2: tile_rc<DT, 2>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      case 1: tile_rc<DT, 1>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace
+
+void rows_avx512(const float* x, int64_t m, const WeightView& w, int64_t j0, int64_t j1, float* y,
+                 int64_t ldy) {
+  switch (w.dtype) {
+    case DType::F32: rows_impl<DType::F32>(x, m, w, j0, j1, y, ldy); break;
+    case DType::BF16: rows_impl<DType::BF16>(x, m, w, j0, j1, y, ldy); break;
+    case DType::F16: rows_impl<DType::F16>(x, m, w, j0, j1, y, ldy); break;
+    default: break;  // rejected by matmul_isa
+  }
+}
+
+}  // namespace dsinfer::matmul_detail

@@ -1,0 +1,111 @@
+// dsinfer model floor: weight registry (see weights.h). Conversions happen once at load;
+// the forward pass only ever sees F32 or BF16 matrices and F32 vectors.
+#include "model/weights.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dsinfer {
+
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+}  // namespace
+
+float load_as_f32(const uint8_t* data, DType dt, int64_t i) {
+  switch (dt) {
+    case DType::F32: {
+      float f;
+      std::memcpy(&f, data + 4 * i, 4);
+      return f;
+    }
+    case DType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      return bf16_to_f32(h);
+    }
+    case DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      return f16_to_f32(h);
+    }
+    default:
+      throw Error(std::string("load_as_f32: not a float dtype: ") + dtype_name(dt));
+  }
+}
+
+WeightStore::WeightStore(const std::string& model_dir, const std::string& weight_dtype)
+    : dir_(model_dir), weight_dtype_(weight_dtype) {
+  if (weight_dtype != "auto" && weight_dtype != "f32" && weight_dtype != "bf16")
+    throw Error("weight dtype option '" + weight_dtype + "': expected auto, f32 or bf16");
+  set_ = SafetensorsSet::open_dir(model_dir);
+}
+
+WeightInfo WeightStore::require(const std::string& name, const std::vector<DType>& dtypes,
+                                const std::vector<int64_t>& shape) const {
+  const TensorLocation* loc = set_->find(name);
+  if (!loc) {
+    std::string where = set_->files().size() == 1 ? set_->files()[0]->path() : dir_ + "/model.safetensors.index.json";
+    throw Error(where + ": tensor '" + name + "' not found");
+  }
+  const SafetensorsTensor& t = *loc->tensor;
+  const std::string what = loc->file->path() + ": tensor '" + name + "'";
+  bool ok = false;
+  std::string allowed;
+  for (DType d : dtypes) {
+    ok |= d == t.dtype;
+    allowed += (allowed.empty() ? "" : ", ") + std::string(dtype_name(d));
+  }
+  if (!ok) throw Error(what + ": dtype " + dtype_name(t.dtype) + " not one of " + allowed);
+  if (t.shape != shape) throw Error(what + ": shape " + shape_str(t.shape) + " but the config implies " + shape_str(shape));
+  return WeightInfo{name, loc->file->path(), t.dtype, t.shape, loc->file->tensor_data(t), t.nbytes};
+}
+
+WeightView WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
+  WeightInfo w = require(name, {DType::F32, DType::BF16, DType::F16}, {rows, cols});
+  DType target = w.dtype;
+  if (weight_dtype_ == "f32") target = DType::F32;
+  else if (weight_dtype_ == "bf16") target = DType::BF16;
+  else if (w.dtype == DType::F16) target = DType::F32;  // "auto": the matmul kernels take F32/BF16
+  // F32 read in place must be 4-byte aligned for the vector kernels' element loads to be
+  // well defined; a file whose offsets are not gets a copy instead of a failure.
+  bool misaligned = target == DType::F32 && reinterpret_cast<uintptr_t>(w.data) % 4 != 0;
+  bool misaligned16 = target == DType::BF16 && reinterpret_cast<uintptr_t>(w.data) % 2 != 0;
+  const uint8_t* data = w.data;
+  const int64_t n = rows * cols;
+  if (target != w.dtype || misaligned || misaligned16) {
+    owned_.emplace_back(static_cast<size_t>(n) * dtype_size(target));
+    uint8_t* dst = owned_.back().data();
+    if (target == w.dtype) {
+      std::memcpy(dst, w.data, w.nbytes);
+    } else if (target == DType::F32) {
+      for (int64_t i = 0; i < n; ++i) {
+        float f = load_as_f32(w.data, w.dtype, i);
+        std::memcpy(dst + 4 * i, &f, 4);
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h = f32_to_bf16(load_as_f32(w.data, w.dtype, i));
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
+    }
+    data = dst;
+  }
+  matrix_bytes_ += static_cast<uint64_t>(n) * dtype_size(target);
+  return WeightView{data, target, rows, cols};
+}
+
+std::vector<float> WeightStore::vector_f32(const std::string& name, int64_t n) const {
+  WeightInfo w = require(name, {DType::F32, DType::BF16, DType::F16}, {n});
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = load_as_f32(w.data, w.dtype, i);
+  return v;
+}
+
+}  // namespace dsinfer
