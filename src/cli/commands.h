@@ -16,5 +16,6 @@ using Runner = std::function<int()>;
 Runner register_generate(CLI::App& app);
 Runner register_tokenize(CLI::App& app);
 Runner register_bench_model(CLI::App& app);
+Runner register_make_random_model(CLI::App& app);
 
 }  // namespace dsinfer::cli

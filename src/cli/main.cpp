@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_generate);
   add(dsinfer::cli::register_tokenize);
   add(dsinfer::cli::register_bench_model);
+  add(dsinfer::cli::register_make_random_model);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

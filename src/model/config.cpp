@@ -126,6 +126,7 @@ ModelConfig load_model_config(const std::string& model_dir) {
   c.tie_word_embeddings = f.bool_opt("tie_word_embeddings", false);
   c.attention_bias = f.bool_opt("attention_bias", false);
   c.hidden_act = f.str_opt("hidden_act", "silu");
+  c.use_sliding_window = f.bool_opt("use_sliding_window", false);
   c.torch_dtype = f.str_opt("torch_dtype", f.str_opt("dtype", ""));
 
   c.rope.theta = f.num_opt("rope_theta", 10000.0);

@@ -34,6 +34,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   std::string hidden_act = "silu";
+  bool use_sliding_window = false;  // Qwen2/3 family: sliding-window attention switch
   std::string torch_dtype;  // as declared ("bfloat16", "float32", ...)
   RopeConfig rope;
 

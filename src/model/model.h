@@ -62,6 +62,10 @@ class Model {
   virtual void embed(const int32_t* ids, int n, float* out) const = 0;
   // lm_head: logits[i * vocab ..] = head(final_norm(hidden[i])) when apply_norm.
   virtual void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const = 0;
+
+  // Bytes of weights one decode step (batch 1) has to read: every matrix once plus the
+  // norm vectors. Used by bench-model for the bandwidth roofline. 0 = unknown.
+  virtual uint64_t decode_weight_bytes() const { return 0; }
 };
 
 // KV cache: per-slot key/value storage. Lengths can be cut back (speculation rollback).

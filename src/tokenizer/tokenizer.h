@@ -34,6 +34,9 @@ class Tokenizer {
   // Number of ids (including added tokens): every valid id is < vocab_size().
   virtual int32_t vocab_size() const = 0;
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
+  // The vocabulary string of `id` (e.g. "Ġhello" for byte-level BPE; an added token's
+  // content). Throws Error when id is out of range.
+  virtual std::string id_to_token(int32_t id) const { return decode({id}); }
   virtual bool is_special(int32_t id) const = 0;
 
   // Special-token strings from tokenizer_config.json ("" when absent).
@@ -71,7 +74,10 @@ struct ChatOptions {
 
 // Chat template families implemented natively (no Jinja engine): chosen from the
 // model directory's tokenizer_config.json chat_template text.
-enum class ChatFamily { Qwen3ChatML, DeepSeekV3, None };
+// DeepSeekV3: the V3 (2024-12) Jinja template's format. DeepSeekV4: the V3.1/V3.2/V4 format
+// (encoding_dsv4.py rules) where "<｜Assistant｜>" is followed by "<think>" (thinking) or
+// "</think>" (chat). See docs/TOKENIZER.md for the exact strings.
+enum class ChatFamily { Qwen3ChatML, DeepSeekV3, None, DeepSeekV4 };
 
 ChatFamily detect_chat_family(const Tokenizer& tok);
 // Renders messages to the prompt text; throws Error when the family is None or a role

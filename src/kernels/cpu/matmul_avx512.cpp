@@ -10,6 +10,11 @@
 // so tiles of any shape give the same bits.
 #include <immintrin.h>
 
+// GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*() (`__Y = __Y`),
+// which -Wuninitialized reports at every inlined use; the values are fully defined.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <cmath>
 #include <cstring>
 
@@ -73,8 +78,10 @@ inline float hsum16(__m512 v) {
 }
 
 // y[r * ldy + c] for r < R, c < C: x rows start at x (stride K), W rows at w (stride
-// wstride bytes).
-template <DType DT, int R, int C>
+// wstride bytes). With PF, the loop also prefetches the next C rows of W (the next panel,
+// contiguous in memory) at the rate this panel is consumed, so DRAM streams one sequential
+// region instead of relying on the hardware prefetcher to track C short 2-6 KB streams.
+template <DType DT, int R, int C, bool PF = false>
 inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, float* y, int64_t ldy) {
   using L = WLoad<DT>;
   __m512 acc[R][C];
@@ -83,7 +90,13 @@ inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, floa
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
   const int64_t K16 = K / kLanes * kLanes;
+  const char* pf = w + C * wstride;
   for (int64_t k = 0; k < K16; k += kLanes) {
+    if constexpr (PF) {
+      constexpr int kStepBytes = C * kLanes * L::kSize;
+#pragma GCC unroll 16
+      for (int off = 0; off < kStepBytes; off += 64) _mm_prefetch(pf + k * C * L::kSize + off, _MM_HINT_T0);
+    }
     __m512 wv[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) wv[c] = L::load16(w + c * wstride + k * L::kSize);
@@ -108,11 +121,11 @@ constexpr int kDecodeC = 8;
 constexpr int kR = 4;
 constexpr int kC = 4;
 
-template <DType DT, int R>
+template <DType DT, int R, bool PF>
 inline void tile_rc(int c, const float* x, int64_t K, const char* w, int64_t wstride, float* y,
                     int64_t ldy) {
   if (c == kC) {
-    tile<DT, R, kC>(x, K, w, wstride, y, ldy);
+    tile<DT, R, kC, PF>(x, K, w, wstride, y, ldy);
   } else {
     for (int cc = 0; cc < c; ++cc) tile<DT, R, 1>(x, K, w + cc * wstride, wstride, y + cc, ldy);
   }
@@ -126,7 +139,7 @@ void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
   const char* base = static_cast<const char*>(w.data);
   if (m == 1) {
     int64_t j = j0;
-    for (; j + kDecodeC <= j1; j += kDecodeC) tile<DT, 1, kDecodeC>(x, K, base + j * wstride, wstride, y + j, ldy);
+    for (; j + kDecodeC <= j1; j += kDecodeC) tile<DT, 1, kDecodeC, true>(x, K, base + j * wstride, wstride, y + j, ldy);
     for (; j < j1; ++j) tile<DT, 1, 1>(x, K, base + j * wstride, wstride, y + j, ldy);
     return;
   }
@@ -134,12 +147,18 @@ void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
   for (int64_t j = j0; j < j1; j += kC) {
     const int c = static_cast<int>(j1 - j < kC ? j1 - j : kC);
     const char* wp = base + j * wstride;
+    // The first x block reads the panel from memory and prefetches the next one; later
+    // blocks find the panel in L1.
     int64_t i = 0;
-    for (; i + kR <= m; i += kR) tile_rc<DT, kR>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
+    if (m >= kR) {
+      tile_rc<DT, kR, true>(c, x, K, wp, wstride, y + j, ldy);
+      i = kR;
+    }
+    for (; i + kR <= m; i += kR) tile_rc<DT, kR, false>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
     switch (m - i) {
-      case 3: tile_rc<DT, 3>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
-      case 2: tile_rc<DT, 2>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
-      case 1: tile_rc<DT, 1>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      case 3: tile_rc<DT, 3, true>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      case 2: tile_rc<DT, 2, true>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
+      case 1: tile_rc<DT, 1, true>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy); break;
       default: break;
     }
   }

@@ -1,0 +1,20 @@
+// dsinfer model floor: load_model(), the one entry point from a model directory to a Model.
+// It parses config.json and dispatches on config.json's 'architectures' (falling back to
+// 'model_type'); each architecture's loader then checks its own tensors.
+#include "model/model.h"
+
+#include "core/error.h"
+#include "model/qwen3.h"
+
+namespace dsinfer {
+
+std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts) {
+  ModelConfig cfg = load_model_config(model_dir);
+  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  if (qwen3) return load_qwen3(cfg, opts);
+  const std::string got = cfg.architecture.empty() ? "model_type '" + cfg.model_type + "'" : "'" + cfg.architecture + "'";
+  throw Error(model_dir + "/config.json: field 'architectures': unsupported architecture " + got +
+              " (supported: Qwen3ForCausalLM)");
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,312 @@
+// dsinfer model floor: Qwen3 dense forward on the CPU (see qwen3.h for the data flow).
+//
+// Loading checks every tensor's dtype and shape against config.json before anything runs.
+// The forward pass keeps its activations in a grow-only workspace owned by the model, so
+// steady-state decoding allocates nothing; weights are used in place from the mmap.
+// Batch invariance holds because every kernel used here computes a row (or a (query,
+// head) pair) with an operation order that depends only on that row: the batch decides
+// how many rows there are, never how one of them is computed.
+#include "model/qwen3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/silu_mul.h"
+#include "model/kv_cache.h"
+#include "model/rope_params.h"
+#include "model/weights.h"
+
+namespace dsinfer {
+
+namespace {
+
+struct Qwen3Layer {
+  WeightView q, k, v, o, gate, up, down;
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
+  std::vector<float> q_norm, k_norm, in_norm, post_norm;
+};
+
+// Grows a buffer to at least n floats; never shrinks, so repeated calls do not allocate.
+float* grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+void add_bias(float* y, int64_t rows, int64_t n, const std::vector<float>& b) {
+  if (b.empty()) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+class Qwen3Model final : public Model {
+ public:
+  Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts);
+
+  const ModelConfig& config() const override { return cfg_; }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
+    return std::make_unique<DenseKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, max_slots,
+                                          max_tokens);
+  }
+  void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override;
+  void embed(const int32_t* ids, int n, float* out) const override;
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
+  uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+
+ private:
+  ModelConfig cfg_;
+  std::unique_ptr<WeightStore> store_;
+  std::vector<Qwen3Layer> layers_;
+  WeightView embed_{}, head_{};
+  std::vector<float> final_norm_;
+  RopeParams rope_;
+  uint64_t decode_bytes_ = 0;
+
+  // Workspace (grow-only). x: residual stream; h: normed input of a sub-block; q/k/v:
+  // projections; att: attention output; g/u: MLP gate/up; t: sub-block output before the add.
+  std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, t_, cos_, sin_, rows_;
+  std::vector<int32_t> pos_;
+  std::vector<AttentionBlock> blocks_;
+};
+
+Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(cfg) {
+  const std::string cfile = cfg.model_dir + "/config.json";
+  if (cfg.hidden_act != "silu")
+    throw Error(cfile + ": field 'hidden_act': '" + cfg.hidden_act + "' is not supported by Qwen3 (expected silu)");
+  if (cfg.use_sliding_window)
+    throw Error(cfile + ": field 'use_sliding_window': sliding-window attention is not supported for Qwen3");
+  rope_ = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
+
+  store_ = std::make_unique<WeightStore>(cfg.model_dir, opts.weight_dtype);
+  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size, D = cfg.head_dim;
+  const int64_t NQ = cfg.num_attention_heads * D, NKV = cfg.num_key_value_heads * D;
+  embed_ = store_->matrix("model.embed_tokens.weight", V, H);
+  uint64_t bytes = 0;
+  auto mbytes = [](const WeightView& w) { return static_cast<uint64_t>(w.rows * w.cols) * dtype_size(w.dtype); };
+  layers_.resize(cfg.num_hidden_layers);
+  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Qwen3Layer& L = layers_[l];
+    L.q = store_->matrix(p + "self_attn.q_proj.weight", NQ, H);
+    L.k = store_->matrix(p + "self_attn.k_proj.weight", NKV, H);
+    L.v = store_->matrix(p + "self_attn.v_proj.weight", NKV, H);
+    L.o = store_->matrix(p + "self_attn.o_proj.weight", H, NQ);
+    L.gate = store_->matrix(p + "mlp.gate_proj.weight", I, H);
+    L.up = store_->matrix(p + "mlp.up_proj.weight", I, H);
+    L.down = store_->matrix(p + "mlp.down_proj.weight", H, I);
+    if (cfg.attention_bias) {
+      L.q_bias = store_->vector_f32(p + "self_attn.q_proj.bias", NQ);
+      L.k_bias = store_->vector_f32(p + "self_attn.k_proj.bias", NKV);
+      L.v_bias = store_->vector_f32(p + "self_attn.v_proj.bias", NKV);
+      L.o_bias = store_->vector_f32(p + "self_attn.o_proj.bias", H);
+    }
+    L.q_norm = store_->vector_f32(p + "self_attn.q_norm.weight", D);
+    L.k_norm = store_->vector_f32(p + "self_attn.k_norm.weight", D);
+    L.in_norm = store_->vector_f32(p + "input_layernorm.weight", H);
+    L.post_norm = store_->vector_f32(p + "post_attention_layernorm.weight", H);
+    for (const WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += mbytes(*w);
+    bytes += static_cast<uint64_t>(2 * D + 2 * H) * 4;
+  }
+  final_norm_ = store_->vector_f32("model.norm.weight", H);
+  if (cfg.tie_word_embeddings) {
+    // transformers ties lm_head to embed_tokens and ignores a stored lm_head.weight.
+    head_ = embed_;
+  } else if (store_->has("lm_head.weight")) {
+    head_ = store_->matrix("lm_head.weight", V, H);
+  } else {
+    throw Error(cfg.model_dir + ": tensor 'lm_head.weight' not found and config.json field 'tie_word_embeddings' is false");
+  }
+  bytes += mbytes(head_) + static_cast<uint64_t>(H) * (4 + dtype_size(embed_.dtype));  // + final norm + one embedding row
+  decode_bytes_ = bytes;
+}
+
+void Qwen3Model::embed(const int32_t* ids, int n, float* out) const {
+  for (int i = 0; i < n; ++i) {
+    check(ids[i] >= 0 && ids[i] < cfg_.vocab_size,
+          "embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    weight_row_to_f32(embed_, ids[i], out + static_cast<int64_t>(i) * cfg_.hidden_size);
+  }
+}
+
+void Qwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_norm) const {
+  if (n <= 0) return;
+  const int64_t H = cfg_.hidden_size;
+  if (!apply_norm) {
+    matmul(hidden, n, head_, logits);
+    return;
+  }
+  // const method: its own buffer (drafter use, not the target's hot decode path).
+  std::vector<float> normed(static_cast<size_t>(n) * H);
+  rmsnorm(hidden, H, n, H, final_norm_.data(), static_cast<float>(cfg_.rms_norm_eps), normed.data(), H);
+  matmul(normed.data(), n, head_, logits);
+}
+
+void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out) {
+  auto* kv = dynamic_cast<DenseKVCache*>(&kv_base);
+  check(kv != nullptr, "forward: KV cache was not created by this model's make_kv_cache");
+  const int L = cfg_.num_hidden_layers;
+  check(kv->n_layers() == L && kv->n_kv_heads() == cfg_.num_key_value_heads && kv->head_dim() == cfg_.head_dim,
+        "forward: KV cache geometry does not match the model");
+  const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
+  const int NH = cfg_.num_attention_heads, NKVH = cfg_.num_key_value_heads;
+  const int64_t NQ = NH * D, NKV = NKVH * D;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+
+  // ---- validate everything before the cache is touched --------------------------------
+  std::set<int> slots;
+  int64_t T = 0, n_logits = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& en = batch.entries[e];
+    const std::string who = "forward: entry " + std::to_string(e) + " (slot " + std::to_string(en.slot) + ")";
+    check(en.slot >= 0 && en.slot < kv->max_slots(),
+          who + ": slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
+    check(slots.insert(en.slot).second, who + ": slot appears twice in one batch");
+    const int64_t n = static_cast<int64_t>(en.tokens.size());
+    check(kv->length(en.slot) + n <= kv->max_tokens(),
+          who + ": KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
+              " tokens > capacity " + std::to_string(kv->max_tokens()));
+    for (int32_t t : en.tokens)
+      check(t >= 0 && t < V, who + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+    for (int r : en.logit_rows)
+      check(r >= 0 && r < n, who + ": logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+    T += n;
+    n_logits += static_cast<int64_t>(en.logit_rows.size());
+  }
+  for (int c : batch.capture_layers)
+    check(c >= -1 && c < L, "forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
+  const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
+
+  out.vocab_size = static_cast<int>(V);
+  out.hidden_size = static_cast<int>(H);
+  out.logits.resize(static_cast<size_t>(n_logits * V));
+  out.captured.resize(static_cast<size_t>(T * n_cap * H));
+  if (T == 0) return;
+
+  // ---- embeddings, positions, RoPE tables --------------------------------------------------
+  float* x = grow(x_, T * H);
+  if (pos_.size() < static_cast<size_t>(T)) pos_.resize(T);
+  int32_t* pos = pos_.data();
+  {
+    int64_t r = 0;
+    for (const ForwardEntry& en : batch.entries) {
+      const int start = kv->length(en.slot);
+      for (size_t i = 0; i < en.tokens.size(); ++i, ++r) {
+        pos[r] = start + static_cast<int32_t>(i);
+        weight_row_to_f32(embed_, en.tokens[i], x + r * H);
+      }
+    }
+  }
+  const int half = static_cast<int>(D / 2);
+  float* cos_t = grow(cos_, T * half);
+  float* sin_t = grow(sin_, T * half);
+  rope_tables(rope_.inv_freq.data(), half, pos, T, rope_.attention_factor, cos_t, sin_t);
+
+  auto capture = [&](int layer_id) {
+    for (int64_t c = 0; c < n_cap; ++c) {
+      if (batch.capture_layers[c] != layer_id) continue;
+      for (int64_t r = 0; r < T; ++r)
+        std::memcpy(out.captured.data() + (r * n_cap + c) * H, x + r * H, H * sizeof(float));
+    }
+  };
+  capture(-1);
+
+  float* h = grow(h_, T * H);
+  float* q = grow(q_, T * NQ);
+  float* k = grow(k_, T * NKV);
+  float* v = grow(v_, T * NKV);
+  float* att = grow(att_, T * NQ);
+  float* g = grow(g_, T * I);
+  float* u = grow(u_, T * I);
+  float* t = grow(t_, T * H);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const int64_t hs = kv->head_stride();
+
+  for (int l = 0; l < L; ++l) {
+    const Qwen3Layer& W = layers_[l];
+    // Attention sub-block.
+    rmsnorm(x, H, T, H, W.in_norm.data(), eps, h, H);
+    matmul(h, T, W.q, q);
+    matmul(h, T, W.k, k);
+    matmul(h, T, W.v, v);
+    add_bias(q, T, NQ, W.q_bias);
+    add_bias(k, T, NKV, W.k_bias);
+    add_bias(v, T, NKV, W.v_bias);
+    rmsnorm(q, D, T * NH, D, W.q_norm.data(), eps, q, D);
+    rmsnorm(k, D, T * NKVH, D, W.k_norm.data(), eps, k, D);
+    apply_rope(q, NQ, T, NH, static_cast<int>(D), cos_t, sin_t);
+    apply_rope(k, NKV, T, NKVH, static_cast<int>(D), cos_t, sin_t);
+    blocks_.clear();
+    int64_t r0 = 0;
+    for (const ForwardEntry& en : batch.entries) {
+      const int n = static_cast<int>(en.tokens.size());
+      if (n == 0) continue;
+      const int start = kv->length(en.slot);
+      float* kc = kv->k(l, en.slot);
+      float* vc = kv->v(l, en.slot);
+      for (int i = 0; i < n; ++i)
+        for (int gq = 0; gq < NKVH; ++gq) {
+          std::memcpy(kc + gq * hs + (start + i) * D, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
+          std::memcpy(vc + gq * hs + (start + i) * D, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
+        }
+      AttentionBlock b;
+      b.q = q + r0 * NQ;
+      b.q_stride = NQ;
+      b.n_q = n;
+      b.start_pos = start;
+      b.k = kc;
+      b.v = vc;
+      b.kv_head_stride = hs;
+      b.out = att + r0 * NQ;
+      b.out_stride = NQ;
+      blocks_.push_back(b);
+      r0 += n;
+    }
+    attention_causal(blocks_.data(), static_cast<int>(blocks_.size()), NH, NKVH, static_cast<int>(D), scale);
+    matmul(att, T, W.o, t);
+    add_bias(t, T, H, W.o_bias);
+    add_inplace(x, t, T * H);
+    // MLP sub-block.
+    rmsnorm(x, H, T, H, W.post_norm.data(), eps, h, H);
+    matmul(h, T, W.gate, g);
+    matmul(h, T, W.up, u);
+    silu_mul(g, u, g, T * I);
+    matmul(g, T, W.down, t);
+    add_inplace(x, t, T * H);
+    capture(l);
+  }
+
+  // ---- commit lengths, then final norm + LM head over the requested rows only -------------
+  {
+    int64_t r0 = 0, lr = 0;
+    float* rows = grow(rows_, std::max<int64_t>(n_logits, 1) * H);
+    for (const ForwardEntry& en : batch.entries) {
+      for (int r : en.logit_rows) std::memcpy(rows + (lr++) * H, x + (r0 + r) * H, H * sizeof(float));
+      r0 += static_cast<int64_t>(en.tokens.size());
+    }
+    for (const ForwardEntry& en : batch.entries)
+      kv->set_length(en.slot, kv->length(en.slot) + static_cast<int>(en.tokens.size()));
+    if (n_logits > 0) {
+      rmsnorm(rows, H, n_logits, H, final_norm_.data(), eps, rows, H);
+      matmul(rows, n_logits, head_, out.logits.data());
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_qwen3(const ModelConfig& cfg, const LoadOptions& opts) {
+  return std::make_unique<Qwen3Model>(cfg, opts);
+}
+
+}  // namespace dsinfer
