@@ -3,7 +3,7 @@
 # Called by scripts/run_demo.sh and scripts/run_tests.sh; safe to run repeatedly.
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache
-      nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev libutf8proc-dev
+      nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev zlib1g-dev libutf8proc-dev
       clang libclang-rt-14-dev)
 # Node.js (for npm-fetched test data) may come from Debian or NodeSource: check commands.
 command -v node >/dev/null || PKGS+=(nodejs)

@@ -1,5 +1,6 @@
 // dsinfer model floor: dense KV cache (see kv_cache.h). Bounds are checked here with
-// dsinfer::Error so a bad slot or length from a caller never becomes a wild write.
+// dsinfer::Error so a bad slot or length from a caller never becomes a wild write; the
+// per-token checks build their message only when they fail.
 #include "model/kv_cache.h"
 
 #include <string>
@@ -23,8 +24,8 @@ DenseKVCache::DenseKVCache(int n_layers, int n_kv_heads, int head_dim, int max_s
 }
 
 void DenseKVCache::check_slot(int slot, const char* what) const {
-  check(slot >= 0 && slot < max_slots_,
-        std::string("KV cache ") + what + ": slot " + std::to_string(slot) + " out of range [0, " + std::to_string(max_slots_) + ")");
+  if (slot < 0 || slot >= max_slots_)
+    throw Error(std::string("KV cache ") + what + ": slot " + std::to_string(slot) + " out of range [0, " + std::to_string(max_slots_) + ")");
 }
 
 int DenseKVCache::length(int slot) const {
@@ -34,15 +35,16 @@ int DenseKVCache::length(int slot) const {
 
 void DenseKVCache::truncate(int slot, int new_length) {
   check_slot(slot, "truncate");
-  check(new_length >= 0 && new_length <= len_[slot],
-        "KV cache truncate: slot " + std::to_string(slot) + ": new length " + std::to_string(new_length) + " not in [0, " +
+  if (new_length < 0 || new_length > len_[slot])
+    throw Error("KV cache truncate: slot " + std::to_string(slot) + ": new length " + std::to_string(new_length) + " not in [0, " +
             std::to_string(len_[slot]) + "]");
   len_[slot] = new_length;
 }
 
 void DenseKVCache::set_length(int slot, int len) {
   check_slot(slot, "set_length");
-  check(len >= 0 && len <= max_tokens_, "KV cache: slot " + std::to_string(slot) + " overflow: " + std::to_string(len) +
+  if (len < 0 || len > max_tokens_)
+    throw Error("KV cache: slot " + std::to_string(slot) + " overflow: " + std::to_string(len) +
                                             " tokens > capacity " + std::to_string(max_tokens_));
   len_[slot] = len;
 }

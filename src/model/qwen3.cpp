@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <set>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -133,8 +132,8 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(c
 
 void Qwen3Model::embed(const int32_t* ids, int n, float* out) const {
   for (int i = 0; i < n; ++i) {
-    check(ids[i] >= 0 && ids[i] < cfg_.vocab_size,
-          "embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+      throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
     weight_row_to_f32(embed_, ids[i], out + static_cast<int64_t>(i) * cfg_.hidden_size);
   }
 }
@@ -154,37 +153,39 @@ void Qwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_n
 
 void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out) {
   auto* kv = dynamic_cast<DenseKVCache*>(&kv_base);
-  check(kv != nullptr, "forward: KV cache was not created by this model's make_kv_cache");
+  if (!kv) throw Error("forward: KV cache was not created by this model's make_kv_cache");
   const int L = cfg_.num_hidden_layers;
-  check(kv->n_layers() == L && kv->n_kv_heads() == cfg_.num_key_value_heads && kv->head_dim() == cfg_.head_dim,
-        "forward: KV cache geometry does not match the model");
+  if (kv->n_layers() != L || kv->n_kv_heads() != cfg_.num_key_value_heads || kv->head_dim() != cfg_.head_dim)
+    throw Error("forward: KV cache geometry does not match the model");
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int NH = cfg_.num_attention_heads, NKVH = cfg_.num_key_value_heads;
   const int64_t NQ = NH * D, NKV = NKVH * D;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   // ---- validate everything before the cache is touched --------------------------------
-  std::set<int> slots;
+  // (Messages are only built on failure: this runs for every decoded token.)
+  auto fail = [&](size_t e, const std::string& why) -> void {
+    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
+  };
   int64_t T = 0, n_logits = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const ForwardEntry& en = batch.entries[e];
-    const std::string who = "forward: entry " + std::to_string(e) + " (slot " + std::to_string(en.slot) + ")";
-    check(en.slot >= 0 && en.slot < kv->max_slots(),
-          who + ": slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
-    check(slots.insert(en.slot).second, who + ": slot appears twice in one batch");
+    if (en.slot < 0 || en.slot >= kv->max_slots()) fail(e, "slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
+    for (size_t o = 0; o < e; ++o)
+      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
     const int64_t n = static_cast<int64_t>(en.tokens.size());
-    check(kv->length(en.slot) + n <= kv->max_tokens(),
-          who + ": KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
-              " tokens > capacity " + std::to_string(kv->max_tokens()));
+    if (kv->length(en.slot) + n > kv->max_tokens())
+      fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
+                  " tokens > capacity " + std::to_string(kv->max_tokens()));
     for (int32_t t : en.tokens)
-      check(t >= 0 && t < V, who + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
     for (int r : en.logit_rows)
-      check(r >= 0 && r < n, who + ": logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
     T += n;
     n_logits += static_cast<int64_t>(en.logit_rows.size());
   }
   for (int c : batch.capture_layers)
-    check(c >= -1 && c < L, "forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
+    if (c < -1 || c >= L) throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
 
   out.vocab_size = static_cast<int>(V);

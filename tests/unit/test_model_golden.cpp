@@ -10,13 +10,8 @@
 // at a time through the KV cache taking argmax (lowest index on ties, as torch.argmax);
 // the 32 generated ids must equal the golden ids exactly.
 //
-// Known generator defect: gen_qwen3_goldens.py makes the BF16 case with
-// model.to(bfloat16).to(float32), which also rounds the rotary `inv_freq` buffer to BF16,
-// so its reference logits use BF16-rounded RoPE frequencies (errors grow with position; we
-// checked: rounding our inv_freq the same way makes that case pass and the others fail).
-// transformers keeps inv_freq in F32 when it loads a BF16 checkpoint, so dsinfer does too.
-// Until the case is regenerated (round only the parameters) and its golden.json carries
-// "rope_inv_freq": "float32", that one case is skipped with a message, not silently.
+// The BF16 case stores BF16 weights; its reference computes in F32 with those rounded
+// weights and F32 rotary frequencies (as transformers does when it loads a BF16 file).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,11 +54,6 @@ TEST(ModelGolden, TransformersLogitsAndGreedy) {
     auto model = load_model(dir);
     const int V = model->config().vocab_size;
     const auto golden = nlohmann::json::parse(read_text_file(dir + "/golden.json"));
-    if (std::filesystem::path(dir).filename() == "bf16_weights" && golden.value("rope_inv_freq", "") != "float32") {
-      std::printf("[ SKIPPED  ] %s: golden made with BF16-rounded RoPE inv_freq (generator defect, see file comment)\n",
-                  dir.c_str());
-      continue;
-    }
     SafetensorsFile ref(dir + "/golden_logits.safetensors");
     std::map<std::string, const SafetensorsTensor*> by_name;
     for (const auto& t : ref.header().tensors) by_name[t.name] = &t;

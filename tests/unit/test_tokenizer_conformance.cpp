@@ -6,7 +6,7 @@
 //    BPE vocab, merges and regex; Qwen3 only adds added tokens), llama-bpe -> Llama-3.
 //    deepseek-llm / deepseek-coder need vocabularies we do not have (DeepSeek-V3 changed the
 //    vocab and regex), so they are not used.
-//  - tests/data/tokenizer_goldens/<name>.jsonl ({"text","ids"} per line) made by
+//  - tests/data/tokenizer_goldens/<name>.jsonl.gz ({"text","ids"} per line) made by
 //    tools/reference/tokenizer_goldens.py with `tokenizers`.
 // Every id must match, with one documented exception: a text containing a code point that
 // the system PCRE2 (10.42, Unicode 14 tables) considers unassigned (\p{Cn}) but newer Unicode
@@ -14,6 +14,9 @@
 // differently. Such texts are counted and reported as "unicode-version gap", not hidden:
 // the test still fails on any other mismatch. Tests skip with a message when data is absent.
 #include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <sstream>
 
 #include <filesystem>
 #include <fstream>
@@ -29,6 +32,19 @@ namespace fs = std::filesystem;
 using dsinfer::Tokenizer;
 
 namespace {
+
+// Goldens are committed gzip-compressed (about 4x smaller); read them whole with zlib.
+std::string gunzip_file(const std::string& path) {
+  gzFile gz = gzopen(path.c_str(), "rb");
+  if (!gz) return {};
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(gz, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  gzclose(gz);
+  return out;
+}
+
 
 const std::string kData = DSINFER_TEST_DATA;
 const std::string kExternal = kData + "/external";
@@ -92,12 +108,12 @@ void run_llama_cpp_pairs(const std::string& tok_name, const std::string& vocab) 
 }
 
 void run_goldens(const std::string& name) {
-  std::string path = kData + "/tokenizer_goldens/" + name + ".jsonl";
+  std::string path = kData + "/tokenizer_goldens/" + name + ".jsonl.gz";
   const Tokenizer* tok = tokenizer_for(name);
   if (!tok) GTEST_SKIP() << "tests/data/external/" << name << " absent: run tests/data/fetch_test_data.sh";
   if (!fs::exists(path))
     GTEST_SKIP() << path << " not generated yet (tools/reference/tokenizer_goldens.py)";
-  std::ifstream f(path, std::ios::binary);
+  std::istringstream f(gunzip_file(path));
   dsinfer::Regex unassigned(R"(\p{Cn})", "test");
   size_t lines = 0, n_ids = 0, failures = 0, gap = 0;
   for (std::string line; std::getline(f, line);) {

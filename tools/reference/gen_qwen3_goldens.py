@@ -12,6 +12,7 @@ Usage (on the GPU machine, which has transformers 5.17):
     python3 tools/reference/gen_qwen3_goldens.py OUT_DIR
 Then copy OUT_DIR/<case>/ to tests/data/qwen3/<case>/.
 """
+import copy
 import json
 import os
 import sys
@@ -71,13 +72,17 @@ def main(out_root):
         model = Qwen3ForCausalLM(cfg).eval()
         randomize(model, gen)
         if bf16:
-            # Store BF16; the reference computes in F32 with the BF16-rounded weights.
-            model = model.to(torch.bfloat16).to(torch.float32)
+            # Round the parameters (not buffers: the rotary inv_freq stays F32, as when
+            # transformers loads a BF16 checkpoint) to BF16; the reference then computes
+            # in F32 with those rounded weights, which is what dsinfer does with BF16 files.
+            with torch.no_grad():
+                for prm in model.parameters():
+                    prm.copy_(prm.to(torch.bfloat16).to(torch.float32))
         out = os.path.join(out_root, name)
         os.makedirs(out, exist_ok=True)
         if bf16:
-            model.to(torch.bfloat16).save_pretrained(out)
-            model = model.to(torch.float32)
+            # Save a BF16 copy; the F32 model (and its F32 rotary buffers) stays untouched.
+            copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out)
         else:
             model.save_pretrained(out)
         vocab = cfg.vocab_size

@@ -68,7 +68,9 @@ inline float hsum16(__m256 lo, __m256 hi) {
   return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
 }
 
-template <DType DT, int R, int C>
+// y[r * ldy + c] for r < R, c < C. With PF, also prefetches the next C rows of W (the
+// next panel, contiguous) as this one is consumed; see matmul_avx512.cpp for why.
+template <DType DT, int R, int C, bool PF = false>
 inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, float* y, int64_t ldy) {
   using L = WLoad<DT>;
   __m256 lo[R][C], hi[R][C];
@@ -77,7 +79,13 @@ inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, floa
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
   const int64_t K16 = K / kLanes * kLanes;
+  const char* pf = w + C * wstride;
   for (int64_t k = 0; k < K16; k += kLanes) {
+    if constexpr (PF) {
+      constexpr int kStepBytes = C * kLanes * L::kSize;
+#pragma GCC unroll 16
+      for (int off = 0; off < kStepBytes; off += 64) _mm_prefetch(pf + k * C * L::kSize + off, _MM_HINT_T0);
+    }
     __m256 wl[C], wh[C];
 #pragma GCC unroll 16
     for (int c = 0; c < C; ++c) {
@@ -108,11 +116,11 @@ constexpr int kDecodeC = 4;
 constexpr int kR = 2;
 constexpr int kC = 2;
 
-template <DType DT, int R>
+template <DType DT, int R, bool PF>
 inline void tile_rc(int c, const float* x, int64_t K, const char* w, int64_t wstride, float* y,
                     int64_t ldy) {
   if (c == kC) {
-    tile<DT, R, kC>(x, K, w, wstride, y, ldy);
+    tile<DT, R, kC, PF>(x, K, w, wstride, y, ldy);
   } else {
     for (int cc = 0; cc < c; ++cc) tile<DT, R, 1>(x, K, w + cc * wstride, wstride, y + cc, ldy);
   }
@@ -133,9 +141,12 @@ void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
   for (int64_t j = j0; j < j1; j += kC) {
     const int c = static_cast<int>(j1 - j < kC ? j1 - j : kC);
     const char* wp = base + j * wstride;
-    int64_t i = 0;
-    for (; i + kR <= m; i += kR) tile_rc<DT, kR>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
-    if (i < m) tile_rc<DT, 1>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
+    // m >= 2 here, so the first block is always a full kR = 2 block: it reads the panel
+    // from memory and prefetches the next one; later blocks find the panel in L1.
+    tile_rc<DT, kR, true>(c, x, K, wp, wstride, y + j, ldy);
+    int64_t i = kR;
+    for (; i + kR <= m; i += kR) tile_rc<DT, kR, false>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
+    if (i < m) tile_rc<DT, 1, false>(c, x + i * K, K, wp, wstride, y + i * ldy + j, ldy);
   }
 }
 

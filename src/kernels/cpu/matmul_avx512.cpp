@@ -5,8 +5,8 @@
 // A tile computes R x rows times C W rows: per 16-wide k step it converts C W vectors to
 // F32 once and reuses each for R x rows, so W (the big operand, streamed from memory) is
 // read once per call whatever m is, and the m > 1 path does R*C fmas per R+C loads.
-// m == 1 (decode) uses a 1 x 8 tile: eight independent fma chains hide fma latency and
-// eight W rows stream in parallel. The order inside each reduction is the canonical one,
+// m == 1 (decode) uses a 1 x 12 tile: twelve independent fma chains hide fma latency and
+// twelve W rows stream in parallel. The order inside each reduction is the canonical one,
 // so tiles of any shape give the same bits.
 #include <immintrin.h>
 
@@ -116,10 +116,17 @@ inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, floa
     }
 }
 
-// Tile shapes. m > 1: 4 x rows by 4 W rows = 16 accumulators + 4 W + 1 x registers.
-constexpr int kDecodeC = 8;
+// Tile shapes, chosen by measurement on Zen 5 (BF16, W from DRAM):
+//  - m == 1: 12 W rows per tile (12 accumulators). 12 concurrent row streams kept DRAM
+//    busiest: 8 rows gave ~7% less, 4 rows ~30% less, 16 spills registers. No software
+//    prefetch here: the hardware prefetchers already track these streams, and prefetching
+//    the next tile measured ~5-10% slower.
+//  - m > 1: 4 x rows by 6 W rows = 24 accumulators + 6 W + 1 x = 31 of 32 registers
+//    (~7% faster than 4 x 4). The first x block prefetches the next W panel: without it the
+//    W reads of the m > 1 path ran at ~half the bandwidth (m = 8 took 3x an m = 1 call).
+constexpr int kDecodeC = 12;
 constexpr int kR = 4;
-constexpr int kC = 4;
+constexpr int kC = 6;
 
 template <DType DT, int R, bool PF>
 inline void tile_rc(int c, const float* x, int64_t K, const char* w, int64_t wstride, float* y,
@@ -139,7 +146,8 @@ void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
   const char* base = static_cast<const char*>(w.data);
   if (m == 1) {
     int64_t j = j0;
-    for (; j + kDecodeC <= j1; j += kDecodeC) tile<DT, 1, kDecodeC, true>(x, K, base + j * wstride, wstride, y + j, ldy);
+    for (; j + kDecodeC <= j1; j += kDecodeC) tile<DT, 1, kDecodeC>(x, K, base + j * wstride, wstride, y + j, ldy);
+    for (; j + 4 <= j1; j += 4) tile<DT, 1, 4>(x, K, base + j * wstride, wstride, y + j, ldy);
     for (; j < j1; ++j) tile<DT, 1, 1>(x, K, base + j * wstride, wstride, y + j, ldy);
     return;
   }
