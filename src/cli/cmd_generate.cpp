@@ -132,6 +132,7 @@ int run_generate(const GenerateArgs& a) {
   } else {
     std::printf("\n");
   }
+  std::fflush(stdout);  // the stats line on stderr must come after the text
   std::fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.2f tokens/s | finish: %s | threads: %d\n",
                r.prompt_tokens, prefill_tps, r.ids.size(), decode_tps, r.finish_reason.c_str(),
                ThreadPool::global().size());
