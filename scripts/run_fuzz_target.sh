@@ -4,7 +4,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 name=$1; secs=${FUZZ_SECONDS:-30}
-bin=build-fuzz/$name
+bin=build-fuzz/fuzz/$name
 [[ -x $bin ]] || { echo "fuzz: $bin not built (run scripts/build_fuzz.sh)"; exit 77; }
 work=build-fuzz/corpus-$name; mkdir -p "$work"
 args=("$work"); [[ -d fuzz/corpus/$name ]] && args+=("fuzz/corpus/$name")
