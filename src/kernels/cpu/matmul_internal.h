@@ -44,7 +44,7 @@ IsaLevel hardware_isa_level();
 RowsKernel rows_kernel(IsaLevel isa);
 
 // Default lower bound on the work of one thread chunk (multiply-adds), see matmul.cpp.
-inline constexpr int64_t kMinMacsPerChunk = int64_t{1} << 20;
+inline constexpr int64_t kMinMacsPerChunk = int64_t{1} << 18;
 
 // matmul() with an explicit ISA level instead of isa_level(), and an explicit chunk size;
 // tests use it to compare paths in one process (DSINFER_ISA is read only once) and to force

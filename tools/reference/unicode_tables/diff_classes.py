@@ -7,12 +7,16 @@ not, "remove" = the opposite, both as inclusive [lo, hi] ranges. Prints a summar
 and writes the compact JSON (only probes with a difference or an error on one side):
   {"format": "dsinfer-unicode-fixups-v1", "reference": engine_version, "base": ...,
    "probes": {"\\\\p{L}": {"add": [[lo, hi], ...], "remove": [...]}, ...},
+   (a probe with a non-empty "remove" and at most FULL_MAX reference ranges also gets
+    "full": the reference's complete range list, so that the C++ side can spell it out)
    "errors": {"name": {"reference": msg|null, "base": msg|null}}}
 
 Usage: diff_classes.py REFERENCE.json BASE.json OUT.json
 """
 import json
 import sys
+
+FULL_MAX = 64
 
 
 def to_set_ops(a, b):
@@ -72,9 +76,28 @@ def main():
               file=sys.stderr)
         if add or rem:
             out["probes"][p["name"]] = {"add": add, "remove": rem}
+            if rem and len(p["ranges"]) <= FULL_MAX:
+                out["probes"][p["name"]]["full"] = p["ranges"]
     with open(sys.argv[3], "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
+        f.write(dumps(out))
+
+
+def dumps(doc):
+    """JSON with one line per probe field (range lists kept on one line): small diffs."""
+    lines = ["{"]
+    for k in ("format", "reference", "base"):
+        lines.append(" %s: %s," % (json.dumps(k), json.dumps(doc[k])))
+    lines.append(' "probes": {')
+    names = list(doc["probes"])
+    for i, name in enumerate(names):
+        v = doc["probes"][name]
+        fields = ["  %s: %s" % (json.dumps(k), json.dumps(v[k], separators=(",", ":"))) for k in v]
+        lines.append("  %s: {\n%s\n  }%s" % (json.dumps(name), ",\n".join(" " + f for f in fields),
+                                            "," if i + 1 < len(names) else ""))
+    lines.append(" },")
+    lines.append(' "errors": %s' % json.dumps(doc["errors"]))
+    lines.append("}")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
