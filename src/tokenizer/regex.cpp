@@ -48,12 +48,25 @@ std::string pcre2_message(int rc) {
 }  // namespace
 
 Regex::Regex(const std::string& pattern, const std::string& where) : where_(where) {
+  auto compile = [](const std::string& p, int& err, PCRE2_SIZE& off) {
+    return pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                         &off, nullptr);
+  };
   int err = 0;
   PCRE2_SIZE off = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &err, &off, nullptr);
-  if (!code)
-    throw Error(where + ": invalid regex at offset " + std::to_string(off) + ": " + pcre2_message(err));
+  const std::string rewritten = rewrite_for_reference_unicode(pattern);
+  pcre2_code* code = compile(rewritten, err, off);
+  if (!code) {
+    // Report errors against the user's pattern; a rewrite that breaks a valid pattern is a bug.
+    int err0 = 0;
+    PCRE2_SIZE off0 = 0;
+    pcre2_code* orig = compile(pattern, err0, off0);
+    if (!orig)
+      throw Error(where + ": invalid regex at offset " + std::to_string(off0) + ": " + pcre2_message(err0));
+    pcre2_code_free(orig);
+    throw Error(where + ": internal error: Unicode-table rewrite of the regex does not compile (offset " +
+                std::to_string(off) + ": " + pcre2_message(err) + ")");
+  }
   code_ = code;
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }

@@ -12,9 +12,18 @@
 
 namespace dsinfer {
 
+// Rewrites the \p{..}, \P{..}, \s, \d, \w (and \S \D \W \b \B, POSIX classes, some
+// case-insensitive literals) of a pattern so that PCRE2 10.42's Unicode 14 tables give the
+// same classes as the reference (Hugging Face tokenizers 0.23.2 / Oniguruma), using the
+// generated table src/tokenizer/unicode_fixups.inc. Regex's constructor applies it to every
+// pattern. A pattern the rewriter cannot parse is returned unchanged (PCRE2 then reports
+// the error). See regex_unicode.cpp and docs/TOKENIZER.md.
+std::string rewrite_for_reference_unicode(std::string_view pattern);
+
 class Regex {
  public:
-  // Throws Error("<where>: invalid regex ...") when PCRE2 rejects the pattern.
+  // Throws Error("<where>: invalid regex ...") when PCRE2 rejects the pattern. The pattern
+  // goes through rewrite_for_reference_unicode first.
   Regex(const std::string& pattern, const std::string& where);
   ~Regex();
   Regex(const Regex&) = delete;
