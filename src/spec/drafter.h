@@ -1,0 +1,84 @@
+// dsinfer speculation floor: the drafter interface every proposer implements (z-lab DFlash,
+// DeepSpec DFlash/DSpark, n-gram prompt lookup).
+//
+// Data flow of one speculative round for one sequence (driven by engine/, never here):
+//   committed context (tokens + captured target layer outputs) --commit_context--> the
+//   drafter's per-sequence state (draft context KV cache, n-gram index)
+//   anchor (last committed token, not yet in the target KV cache) --propose--> up to
+//   max_tokens draft tokens, each with the exact distribution q it was drawn from and,
+//   for DSpark, the confidence head's per-position survival probability.
+// The engine verifies [anchor, d_1..d_n] in one target forward, accepts a prefix, rolls
+// the target KV back, and calls commit_context with the anchor + accepted drafts (their
+// target hidden states come from that verify forward). Draft-side state never holds
+// uncommitted positions between rounds, so there is nothing to roll back here.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace dsinfer {
+
+class Model;
+
+// Per-sequence drafter state (draft context cache etc.). Created by Drafter::start.
+class DraftSequence {
+ public:
+  virtual ~DraftSequence() = default;
+  // Number of committed positions appended so far.
+  virtual int context_length() const = 0;
+};
+
+struct DraftProposal {
+  std::vector<int32_t> tokens;  // d_1..d_n, n <= max_tokens
+  // Draft distributions q_1..q_n, row-major [n, vocab]: q_k is exactly the distribution
+  // d_k was drawn from (after any Markov bias, with temperature/top-k/top-p applied the
+  // same way as for the target). Empty means point masses on `tokens` (greedy drafting,
+  // n-gram lookup).
+  std::vector<float> q;
+  // Raw confidence-head outputs sigmoid(z_k) per draft position (empty without a head):
+  // probability that d_k survives given d_1..d_{k-1} did.
+  std::vector<float> confidence;
+  // Raw confidence logits z_k (for calibration), same length as confidence.
+  std::vector<float> confidence_logits;
+};
+
+struct DrafterInfo {
+  std::string kind;                   // "dflash" (z-lab), "dflash-deepspec", "dspark", "ngram"
+  int block_size = 0;                 // block positions including the anchor (0 for ngram)
+  int max_draft_tokens = 0;           // bs-1 (z-lab), bs (DeepSpec), configured (ngram)
+  std::vector<int> target_layer_ids;  // layers whose outputs commit_context needs (-1 = embeddings)
+  int32_t mask_token_id = -1;
+  std::string markov_head;            // "", "vanilla", "gated", "rnn"
+  bool confidence_head = false;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const DrafterInfo& info() const = 0;
+
+  virtual std::unique_ptr<DraftSequence> start() const = 0;
+
+  // Appends c committed positions: their token ids and, when target_layer_ids is not
+  // empty, the captured target layer outputs, row-major [c, layers * hidden] in the
+  // order of target_layer_ids. Positions are absolute and contiguous.
+  virtual void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const = 0;
+
+  // Proposes up to max_tokens drafts following `anchor`, which sits at absolute position
+  // seq.context_length(). Sampling (temperature/top-k/top-p, seed stream) as `params`;
+  // greedy params give greedy drafts and an empty q.
+  virtual DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
+                                Rng& rng) const = 0;
+};
+
+}  // namespace dsinfer
+
+namespace dsinfer {
+// z-lab's default target layers when a checkpoint gives none: [L_t / 2] for one draft
+// layer, else round(1 + i * (L_t - 4) / (L_d - 1)) for i in [0, L_d), Python-style
+// round-half-to-even (drafters_spec.md §1.3).
+std::vector<int> default_target_layer_ids(int num_target_layers, int num_draft_layers);
+}  // namespace dsinfer
