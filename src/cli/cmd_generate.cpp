@@ -1,9 +1,14 @@
 // dsinfer CLI: `dsinfer generate`. Loads a model directory (and its tokenizer when present),
-// builds the prompt (raw text, chat template, or explicit ids), runs the engine's
-// generation loop and streams text to stdout. A stats line goes to stderr; with --json a
-// single JSON object (ids, text, finish_reason, usage, timings) goes to stdout instead.
+// builds the prompt (raw text, chat template, or explicit ids), sets up the drafter asked
+// for by --spec (none = plain decoding, ngram = prompt lookup, dflash/dspark = a draft
+// checkpoint from --draft-model-path), runs the engine's generation loop and streams text
+// to stdout. Stats lines (speed; with a drafter also tau and acceptance per draft
+// position) go to stderr; with --json a single JSON object (ids, text, finish_reason,
+// usage, timings, spec) goes to stdout instead. --log-dflash-details writes one JSON line
+// per speculative round.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,7 +20,10 @@
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
 #include "engine/generator.h"
+#include "engine/speculative.h"
 #include "model/model.h"
+#include "spec/drafter_loader.h"
+#include "spec/ngram_drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
@@ -40,7 +48,48 @@ struct GenerateArgs {
   bool ignore_eos = false;
   int threads = 0;
   bool json = false;
+  // speculation
+  std::string draft_model_path;
+  std::string spec;             // "" (none, or the checkpoint's kind with --draft-model-path)
+  int block_size = 0;           // 0: unset
+  int max_reuse_depth = -1;     // -1: unset
+  std::string details_path;
+  int ngram_max = 0, ngram_min = 0;  // 0: unset (defaults 3 and 1)
 };
+
+// Builds the drafter --spec asks for; null for plain decoding. Fills opts' draft caps.
+std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& method, Model& target,
+                                      SpecOptions& opts) {
+  const bool ngram_flags = a.ngram_max > 0 || a.ngram_min > 0;
+  if (ngram_flags && method != "ngram") throw Error("--ngram-max/--ngram-min: only used with --spec ngram");
+  if (method == "none") {
+    if (!a.draft_model_path.empty())
+      throw Error("--draft-model-path: needs --spec dflash or --spec dspark (got --spec none)");
+    if (a.block_size > 0) throw Error("--block-size: needs --spec dflash, dspark or ngram");
+    if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs --spec dflash, dspark or ngram");
+    return nullptr;
+  }
+  if (a.max_reuse_depth >= 0) opts.max_reuse_depth = a.max_reuse_depth;
+  if (method == "ngram") {
+    if (!a.draft_model_path.empty()) throw Error("--draft-model-path: not used by --spec ngram (it has no weights)");
+    NgramOptions no;
+    if (a.ngram_max > 0) no.max_ngram = a.ngram_max;
+    if (a.ngram_min > 0) no.min_ngram = a.ngram_min;
+    if (a.ngram_min > 0 && a.ngram_max == 0 && no.min_ngram > no.max_ngram) no.max_ngram = no.min_ngram;
+    if (no.min_ngram > no.max_ngram)
+      throw Error("--ngram-min (" + std::to_string(no.min_ngram) + ") must not exceed --ngram-max (" +
+                  std::to_string(no.max_ngram) + ")");
+    if (a.block_size > 0) no.max_draft_tokens = a.block_size;
+    return std::make_unique<NgramDrafter>(no);
+  }
+  // dflash / dspark (or a draft checkpoint without --spec: its own kind decides).
+  const std::string shown = method.empty() ? std::string("--draft-model-path") : "--spec " + method;
+  if (a.draft_model_path.empty()) throw Error(shown + ": needs --draft-model-path");
+  std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, DrafterOptions{});
+  if (!method.empty()) check_drafter_kind(method, d->info());
+  if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
+  return d;
+}
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -107,13 +156,30 @@ int run_generate(const GenerateArgs& a) {
       if (auto id = tok->token_to_id(tok->eos_token())) stop.stop_ids.push_back(*id);
   }
 
+  std::string method = a.spec;
+  if (method.empty() && a.draft_model_path.empty()) method = "none";
+  SpecOptions spec_opts;
+  std::unique_ptr<Drafter> drafter = make_drafter(a, method, *model, spec_opts);
+  spec_opts.drafter = drafter.get();
+  if (method.empty() && drafter) method = drafter->info().kind;
+  std::ofstream details;
+  if (!a.details_path.empty()) {
+    details.open(a.details_path, std::ios::out | std::ios::trunc);
+    if (!details) throw Error("--log-dflash-details: cannot open '" + a.details_path + "' for writing");
+    spec_opts.on_round = [&details](const SpecRound& r) { details << spec_round_json(r) << '\n'; };
+  }
+
   TextCallback on_text;
   if (!a.json)
     on_text = [](std::string_view s) {
       std::fwrite(s.data(), 1, s.size(), stdout);
       std::fflush(stdout);
     };
-  GenerationResult r = generate(*model, tok.get(), prompt, sp, stop, on_text);
+  GenerationResult r = generate(*model, tok.get(), prompt, sp, stop, on_text, spec_opts);
+  if (details.is_open()) {
+    details.flush();
+    if (!details) throw Error("--log-dflash-details: write to '" + a.details_path + "' failed");
+  }
 
   const double prefill_tps = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0;
   const size_t decoded = r.ids.size() > 1 ? r.ids.size() - 1 : 0;
@@ -127,6 +193,19 @@ int run_generate(const GenerateArgs& a) {
     j["usage"] = {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", r.ids.size()}};
     j["timings"] = {{"prefill_seconds", r.prefill_seconds}, {"decode_seconds", r.decode_seconds},
                     {"prompt_tokens_per_second", prefill_tps}, {"generated_tokens_per_second", decode_tps}};
+    nlohmann::json acc = nlohmann::json::array();
+    for (size_t k = 0; k < r.spec.proposed.size(); ++k)
+      acc.push_back({{"position", k + 1},
+                     {"proposed", r.spec.proposed[k]},
+                     {"accepted", r.spec.accepted[k]},
+                     {"rate", static_cast<double>(r.spec.accepted[k]) / static_cast<double>(r.spec.proposed[k])}});
+    j["spec"] = {{"method", method},
+                 {"rounds", r.spec.rounds},
+                 {"tau", r.spec.tau()},
+                 {"acceptance", acc},
+                 {"draft_ms", r.spec.draft_ms},
+                 {"verify_ms", r.spec.verify_ms},
+                 {"tokens_per_second", decode_tps}};
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", s.c_str());
   } else {
@@ -136,6 +215,19 @@ int run_generate(const GenerateArgs& a) {
   std::fprintf(stderr, "prompt: %d tokens, %.1f tokens/s | generated: %zu tokens, %.2f tokens/s | finish: %s | threads: %d\n",
                r.prompt_tokens, prefill_tps, r.ids.size(), decode_tps, r.finish_reason.c_str(),
                ThreadPool::global().size());
+  if (drafter) {
+    std::string acc;
+    for (size_t k = 0; k < r.spec.proposed.size(); ++k) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s%zu: %lld/%lld (%.2f)", k ? ", " : "", k + 1,
+                    static_cast<long long>(r.spec.accepted[k]), static_cast<long long>(r.spec.proposed[k]),
+                    static_cast<double>(r.spec.accepted[k]) / static_cast<double>(r.spec.proposed[k]));
+      acc += buf;
+    }
+    std::fprintf(stderr, "spec %s: %d rounds, tau %.3f tokens/round | accepted by draft position: %s | draft %.1f ms, verify %.1f ms | %.2f tokens/s\n",
+                 method.c_str(), r.spec.rounds, r.spec.tau(), acc.empty() ? "no drafts" : acc.c_str(), r.spec.draft_ms,
+                 r.spec.verify_ms, decode_tps);
+  }
   return 0;
 }
 
@@ -159,7 +251,18 @@ Runner register_generate(CLI::App& app) {
   sub->add_option("--stop-id", a->stop_ids, "Stop token id (repeatable), in addition to the model's eos ids");
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's end-of-sequence ids");
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
-  sub->add_flag("--json", a->json, "Print one JSON object with ids, text and timings");
+  sub->add_flag("--json", a->json, "Print one JSON object with ids, text, timings and speculation stats");
+  sub->add_option("--draft-model-path", a->draft_model_path, "Draft checkpoint directory (DFlash / DSpark)");
+  sub->add_option("--spec", a->spec, "Speculative decoding method (none = plain decoding)")
+      ->check(CLI::IsMember({"dflash", "dspark", "ngram", "none"}));
+  sub->add_option("--block-size", a->block_size,
+                  "dflash/dspark: verify block size (<= the checkpoint's); ngram: max drafts per round (default 8)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--dflash-max-reuse-depth", a->max_reuse_depth, "Cap on drafts verified per round")
+      ->check(CLI::Range(0, 1024));
+  sub->add_option("--log-dflash-details", a->details_path, "Write one JSON line per speculative round to FILE");
+  sub->add_option("--ngram-max", a->ngram_max, "ngram: longest suffix looked up (default 3)")->check(CLI::Range(1, 64));
+  sub->add_option("--ngram-min", a->ngram_min, "ngram: shortest suffix looked up (default 1)")->check(CLI::Range(1, 64));
   return [a, p] {
     a->prompt_set = p->count() > 0;
     return run_generate(*a);

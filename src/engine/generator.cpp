@@ -1,10 +1,11 @@
-// dsinfer engine: the plain generation loop (see generator.h).
+// dsinfer engine: the generation loop, plain or speculative (see generator.h).
 #include "engine/generator.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,7 +49,8 @@ std::string StopStringMatcher::flush() {
 }
 
 GenerationResult generate(Model& model, const Tokenizer* tok, const std::vector<int32_t>& prompt,
-                          const SamplingParams& sampling, const StopConditions& stop, const TextCallback& on_text) {
+                          const SamplingParams& sampling, const StopConditions& stop, const TextCallback& on_text,
+                          const SpecOptions& spec) {
   validate_sampling_params(sampling);
   if (stop.max_tokens <= 0) throw Error("max_tokens: must be > 0, got " + std::to_string(stop.max_tokens));
   if (prompt.empty()) throw Error("prompt: empty (at least one token is needed)");
@@ -64,8 +66,7 @@ GenerationResult generate(Model& model, const Tokenizer* tok, const std::vector<
                 std::to_string(stop.max_tokens) + ") exceeds max_position_embeddings (" +
                 std::to_string(cfg.max_position_embeddings) + ")");
 
-  auto kv = model.make_kv_cache(1, max_len);
-  Sampler sampler(sampling);
+  SpecDecoder dec(model, sampling, spec, max_len);
   GenerationResult res;
   res.prompt_tokens = static_cast<int>(prompt.size());
   std::unique_ptr<StreamingDetokenizer> detok;
@@ -76,38 +77,40 @@ GenerationResult generate(Model& model, const Tokenizer* tok, const std::vector<
     res.text += s;
     if (on_text) on_text(s);
   };
-
-  ForwardBatch batch;
-  batch.entries.resize(1);
-  ForwardEntry& e = batch.entries[0];
-  e.slot = 0;
-  e.tokens = prompt;
-  e.logit_rows = {static_cast<int>(prompt.size()) - 1};
-  ForwardOutput out;
-  using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  model.forward(*kv, batch, out);
-  auto t1 = clock::now();
-  res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  res.finish_reason = "length";
-  e.logit_rows = {0};
-  for (int step = 0; step < stop.max_tokens; ++step) {
-    if (step > 0) model.forward(*kv, batch, out);
-    int32_t id = sampler.sample(out.logits.data(), out.vocab_size);
+  // Appends one generated id; returns true when generation must end here.
+  auto push = [&](int32_t id) {
     res.ids.push_back(id);
-    bool stop_id = std::find(stop.stop_ids.begin(), stop.stop_ids.end(), id) != stop.stop_ids.end();
-    if (stop_id) {
+    if (std::find(stop.stop_ids.begin(), stop.stop_ids.end(), id) != stop.stop_ids.end()) {
       res.finish_reason = "stop";
-      break;  // the stop id's own text is not emitted
+      return true;  // the stop id's own text is not emitted
     }
     if (detok) {
       emit(matcher.feed(detok->push(id)));
       if (matcher.stopped()) {
         res.finish_reason = "stop";
-        break;
+        return true;
       }
     }
-    e.tokens.assign(1, id);
+    return false;
+  };
+
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  int32_t first = dec.prefill(prompt);
+  auto t1 = clock::now();
+  res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  res.finish_reason = "length";
+  bool done = push(first);
+  // Each round emits its accepted drafts and then the correction/bonus token, one by one
+  // through the same stop checks; a stop inside the drafts discards the rest of the round.
+  while (!done && static_cast<int>(res.ids.size()) < stop.max_tokens) {
+    SpecRound& r = dec.round(stop.max_tokens - static_cast<int>(res.ids.size()));
+    for (int32_t id : r.tokens) {
+      r.committed++;
+      if ((done = push(id))) break;
+    }
+    res.spec.add(r);
+    if (spec.on_round) spec.on_round(r);
   }
   if (detok && !matcher.stopped()) {
     emit(matcher.feed(detok->flush()));

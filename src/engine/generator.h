@@ -1,13 +1,17 @@
-// dsinfer engine: single-sequence generation (prefill, then one token per step) with
-// sampling, stop ids, stop strings and a token budget, streaming text through a callback.
+// dsinfer engine: single-sequence generation with sampling, stop ids, stop strings and a
+// token budget, streaming text through a callback; plain or speculative decoding.
 //
-// Data flow: prompt ids -> Model::forward (prefill, logits of the last row) -> Sampler ->
-// new id -> stop-id check -> StreamingDetokenizer -> stop-string matcher (holds back text
-// that could still become a stop string) -> on_text callback. Each decode step is one
-// forward of one token appended to the same KV slot.
+// Data flow: prompt ids -> SpecDecoder::prefill (Model::forward, logits of the last row,
+// sampled) -> first id; then rounds (SpecDecoder::round, speculative.h): the drafter
+// proposes, one target forward verifies [anchor, drafts], the lossless rule accepts a
+// prefix and adds one token. Every id of a round goes, in order, through stop-id check ->
+// StreamingDetokenizer -> stop-string matcher (holds back text that could still become a
+// stop string) -> on_text callback; a stop ends generation at that id.
 //
-// This is the plain-decoding baseline the speculative and batched engines of later issues
-// must reproduce exactly (greedy) and beat in speed.
+// Plain decoding is the same loop with no drafter: each round verifies just the anchor,
+// i.e. one forward of one token, and samples from its row. Greedy speculative output is
+// bit-identical to it (batch-invariant target forward); sampled output has the same
+// distribution.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -15,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 
 namespace dsinfer {
@@ -35,6 +40,7 @@ struct GenerationResult {
   int prompt_tokens = 0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;  // time for generated tokens after the first
+  SpecStats spec;               // rounds, tau, acceptance per draft position, timings
 };
 
 // Streams text pieces (complete UTF-8) as they become final. tok may be null (no text).
@@ -42,7 +48,7 @@ using TextCallback = std::function<void(std::string_view)>;
 
 GenerationResult generate(Model& model, const Tokenizer* tok, const std::vector<int32_t>& prompt,
                           const SamplingParams& sampling, const StopConditions& stop,
-                          const TextCallback& on_text = {});
+                          const TextCallback& on_text = {}, const SpecOptions& spec = {});
 
 // Incremental stop-string matcher: feed text pieces, get back the text that is safe to
 // emit (cannot be the start of a stop string) and whether a stop string completed.

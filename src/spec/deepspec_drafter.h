@@ -1,0 +1,42 @@
+// dsinfer speculation floor: the DeepSpec drafters (`Qwen3DSparkModel`): DeepSpec DFlash
+// (markov_rank 0, no confidence head) and DSpark (Markov head and/or confidence head),
+// drafters_spec.md §2.
+//
+// Data flow of propose: [anchor, MASK × (bs−1)] → the draft's OWN embed_tokens →
+// DraftBackbone::forward_block → h [bs, H] (after the final norm) → U = own lm_head(h) for
+// the first n positions (all bs positions predict: output k is the token at start + k + 1)
+// → sequential sampling (§2.6), for k = 0..n−1 with prev = anchor, x_0, x_1, ...:
+//     ℓ_k = U_k + B_k(prev, h_k [, rnn state])         (Markov head, if any)
+//     q_k = sampling_distribution(ℓ_k, params)          (stored in DraftProposal.q unless greedy)
+//     x_k = argmax ℓ_k (greedy) or sample_from(q_k, rng)
+//     z_k = confidence_head(h_k [, W1[prev]]),  c_k = sigmoid(z_k)
+#pragma once
+#include <memory>
+
+#include "spec/confidence_head.h"
+#include "spec/dflash_backbone.h"
+#include "spec/drafter_loader.h"
+#include "spec/markov_head.h"
+
+namespace dsinfer {
+
+class DeepSpecDrafter final : public BlockDrafter {
+ public:
+  DeepSpecDrafter(const DraftConfig& cfg, const ModelConfig& target, const DrafterOptions& opts);
+  ~DeepSpecDrafter() override;
+
+  const MarkovHead* markov_head() const { return markov_.get(); }
+  const ConfidenceHead* confidence_head() const { return conf_.get(); }
+
+ protected:
+  DraftProposal run(DraftContext& seq, int32_t anchor, int n, const SamplingParams& params, Rng& rng,
+                    DraftDebug* dbg) const override;
+
+ private:
+  int V_ = 0;
+  WeightView embed_{}, lm_head_{};
+  std::unique_ptr<MarkovHead> markov_;
+  std::unique_ptr<ConfidenceHead> conf_;
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,279 @@
+// dsinfer speculation floor: the DFlash/DSpark draft backbone (see dflash_backbone.h for
+// the data flow). Context K/V are computed once, at commit time, at absolute positions;
+// the block's K/V are written after the committed rows for one call only, which is the
+// reference's "append then crop to start" without the crop.
+//
+// Storage per (layer, KV head) is [rows][head_dim] with row 0 at absolute position
+// store_first_. A sliding window moves visible_begin_ forward; rows before it are dropped
+// by an occasional compaction (amortised O(1) per committed position).
+#include "spec/dflash_backbone.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/silu_mul.h"
+#include "model/weights.h"
+
+namespace dsinfer {
+
+namespace {
+
+float* grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+void add_bias(float* y, int64_t rows, int64_t n, const std::vector<float>& b) {
+  if (b.empty()) return;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+}
+
+}  // namespace
+
+DraftBackbone::DraftBackbone(const ModelConfig& cfg, int num_features, int block_size, int window_size,
+                             WeightStore& store, const std::string& prefix)
+    : H_(cfg.hidden_size),
+      I_(cfg.intermediate_size),
+      L_(cfg.num_hidden_layers),
+      NH_(cfg.num_attention_heads),
+      NKV_(cfg.num_key_value_heads),
+      D_(cfg.head_dim),
+      m_(num_features),
+      bs_(block_size),
+      window_(window_size),
+      eps_(static_cast<float>(cfg.rms_norm_eps)) {
+  check(window_size >= 0, "dflash window size: must be >= 0, got " + std::to_string(window_size));
+  rope_ = compute_rope_params(cfg.rope, D_, cfg.max_position_embeddings);
+  const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D;
+  fc_ = store.matrix(prefix + "fc.weight", H, int64_t{m_} * H);
+  hidden_norm_ = store.vector_f32(prefix + "hidden_norm.weight", H);
+  final_norm_ = store.vector_f32(prefix + "norm.weight", H);
+  layers_.resize(L_);
+  for (int l = 0; l < L_; ++l) {
+    const std::string p = prefix + "layers." + std::to_string(l) + ".";
+    DraftLayer& W = layers_[l];
+    W.q = store.matrix(p + "self_attn.q_proj.weight", NQ, H);
+    W.k = store.matrix(p + "self_attn.k_proj.weight", NK, H);
+    W.v = store.matrix(p + "self_attn.v_proj.weight", NK, H);
+    W.o = store.matrix(p + "self_attn.o_proj.weight", H, NQ);
+    W.gate = store.matrix(p + "mlp.gate_proj.weight", I, H);
+    W.up = store.matrix(p + "mlp.up_proj.weight", I, H);
+    W.down = store.matrix(p + "mlp.down_proj.weight", H, I);
+    if (cfg.attention_bias) {
+      W.q_bias = store.vector_f32(p + "self_attn.q_proj.bias", NQ);
+      W.k_bias = store.vector_f32(p + "self_attn.k_proj.bias", NK);
+      W.v_bias = store.vector_f32(p + "self_attn.v_proj.bias", NK);
+      W.o_bias = store.vector_f32(p + "self_attn.o_proj.bias", H);
+    }
+    W.q_norm = store.vector_f32(p + "self_attn.q_norm.weight", D);
+    W.k_norm = store.vector_f32(p + "self_attn.k_norm.weight", D);
+    W.in_norm = store.vector_f32(p + "input_layernorm.weight", H);
+    W.post_norm = store.vector_f32(p + "post_attention_layernorm.weight", H);
+  }
+}
+
+void DraftBackbone::ensure_capacity(DraftContext& s, int rows_needed) const {
+  if (static_cast<int>(s.k_.size()) != L_) {
+    s.k_.assign(L_, {});
+    s.v_.assign(L_, {});
+    s.cap_ = 0;
+  }
+  if (rows_needed <= s.cap_) return;
+  const int new_cap = std::max({rows_needed, 2 * s.cap_, 64});
+  const int used = s.length_ - s.store_first_;  // committed rows worth keeping
+  for (int l = 0; l < L_; ++l) {
+    for (auto* buf : {&s.k_[l], &s.v_[l]}) {
+      std::vector<float> nb(static_cast<size_t>(NKV_) * new_cap * D_);
+      for (int g = 0; g < NKV_; ++g)
+        if (used > 0)
+          std::memcpy(nb.data() + static_cast<size_t>(g) * new_cap * D_, buf->data() + static_cast<size_t>(g) * s.cap_ * D_,
+                      static_cast<size_t>(used) * D_ * sizeof(float));
+      buf->swap(nb);
+    }
+  }
+  s.cap_ = new_cap;
+}
+
+void DraftBackbone::apply_window(DraftContext& s) const {
+  if (window_ <= 0) return;
+  s.visible_begin_ = std::max(s.visible_begin_, s.length_ - window_);
+  const int drop = s.visible_begin_ - s.store_first_;
+  // Compact once the dead prefix is as large as the window (or 32 rows): each row moves
+  // O(1) times on average.
+  if (drop < std::max(window_, 32)) return;
+  const int keep = s.length_ - s.visible_begin_;
+  for (int l = 0; l < L_; ++l)
+    for (auto* buf : {&s.k_[l], &s.v_[l]})
+      for (int g = 0; g < NKV_; ++g) {
+        float* base = buf->data() + static_cast<size_t>(g) * s.cap_ * D_;
+        std::memmove(base, base + static_cast<size_t>(drop) * D_, static_cast<size_t>(keep) * D_ * sizeof(float));
+      }
+  s.store_first_ = s.visible_begin_;
+}
+
+void DraftBackbone::append_context(DraftContext& s, const float* features, int c) const {
+  if (c <= 0) return;
+  if (!features) throw Error("dflash commit_context: target hidden states are required (got none)");
+  const int64_t H = H_, D = D_, NK = int64_t{NKV_} * D, C = c;
+  ensure_capacity(s, s.length_ - s.store_first_ + c + bs_);
+  // ctx = hidden_norm(fc(features)): shared by every layer, never updated across layers.
+  float* ctx = grow(s.ws_ctx, C * H);
+  matmul(features, C, fc_, ctx);
+  rmsnorm(ctx, H, C, H, hidden_norm_.data(), eps_, ctx, H);
+  if (s.ws_pos.size() < static_cast<size_t>(c)) s.ws_pos.resize(c);
+  for (int i = 0; i < c; ++i) s.ws_pos[i] = s.length_ + i;
+  const int half = D_ / 2;
+  float* cos_t = grow(s.ws_cos, C * half);
+  float* sin_t = grow(s.ws_sin, C * half);
+  rope_tables(rope_.inv_freq.data(), half, s.ws_pos.data(), C, rope_.attention_factor, cos_t, sin_t);
+  float* k = grow(s.ws_k, C * NK);
+  float* v = grow(s.ws_v, C * NK);
+  const int row0 = s.length_ - s.store_first_;
+  for (int l = 0; l < L_; ++l) {
+    const DraftLayer& W = layers_[l];
+    matmul(ctx, C, W.k, k);
+    matmul(ctx, C, W.v, v);
+    add_bias(k, C, NK, W.k_bias);
+    add_bias(v, C, NK, W.v_bias);
+    rmsnorm(k, D, C * NKV_, D, W.k_norm.data(), eps_, k, D);
+    apply_rope(k, NK, C, NKV_, D_, cos_t, sin_t);
+    for (int i = 0; i < c; ++i)
+      for (int g = 0; g < NKV_; ++g) {
+        const size_t dst = (static_cast<size_t>(g) * s.cap_ + row0 + i) * D_;
+        std::memcpy(s.k_[l].data() + dst, k + i * NK + g * D, D * sizeof(float));
+        std::memcpy(s.v_[l].data() + dst, v + i * NK + g * D, D * sizeof(float));
+      }
+  }
+  s.length_ += c;
+  apply_window(s);
+}
+
+void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out) const {
+  const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D, B = bs_;
+  ensure_capacity(s, s.length_ - s.store_first_ + bs_);
+  float* x = grow(s.ws_x, B * H);
+  std::memcpy(x, emb, B * H * sizeof(float));
+  if (s.ws_pos.size() < static_cast<size_t>(bs_)) s.ws_pos.resize(bs_);
+  for (int i = 0; i < bs_; ++i) s.ws_pos[i] = s.length_ + i;
+  const int half = D_ / 2;
+  float* cos_t = grow(s.ws_cos, B * half);
+  float* sin_t = grow(s.ws_sin, B * half);
+  rope_tables(rope_.inv_freq.data(), half, s.ws_pos.data(), B, rope_.attention_factor, cos_t, sin_t);
+  float* h = grow(s.ws_h, B * H);
+  float* q = grow(s.ws_q, B * NQ);
+  float* k = grow(s.ws_k, B * NK);
+  float* v = grow(s.ws_v, B * NK);
+  float* att = grow(s.ws_att, B * NQ);
+  float* g = grow(s.ws_g, B * I);
+  float* u = grow(s.ws_u, B * I);
+  float* t = grow(s.ws_t, B * H);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const int row0 = s.length_ - s.store_first_;       // block rows start here (temporary)
+  const int vis0 = s.visible_begin_ - s.store_first_;  // first visible context row
+  const int n_keys = row0 - vis0 + bs_;
+  const bool avx2 = isa_level() >= IsaLevel::Avx2;
+  const int group = NH_ / NKV_;
+  for (int l = 0; l < L_; ++l) {
+    const DraftLayer& W = layers_[l];
+    rmsnorm(x, H, B, H, W.in_norm.data(), eps_, h, H);
+    matmul(h, B, W.q, q);
+    matmul(h, B, W.k, k);
+    matmul(h, B, W.v, v);
+    add_bias(q, B, NQ, W.q_bias);
+    add_bias(k, B, NK, W.k_bias);
+    add_bias(v, B, NK, W.v_bias);
+    rmsnorm(q, D, B * NH_, D, W.q_norm.data(), eps_, q, D);
+    rmsnorm(k, D, B * NKV_, D, W.k_norm.data(), eps_, k, D);
+    apply_rope(q, NQ, B, NH_, D_, cos_t, sin_t);
+    apply_rope(k, NK, B, NKV_, D_, cos_t, sin_t);
+    float* kc = s.k_[l].data();
+    float* vc = s.v_[l].data();
+    for (int i = 0; i < bs_; ++i)
+      for (int gq = 0; gq < NKV_; ++gq) {
+        const size_t dst = (static_cast<size_t>(gq) * s.cap_ + row0 + i) * D_;
+        std::memcpy(kc + dst, k + i * NK + gq * D, D * sizeof(float));
+        std::memcpy(vc + dst, v + i * NK + gq * D, D * sizeof(float));
+      }
+    // Non-causal: every block query sees [visible context ; whole block]. One work item
+    // per (query, head), each computed start to end by one thread.
+    const size_t cap = static_cast<size_t>(s.cap_);
+    ThreadPool::global().parallel_for(static_cast<size_t>(bs_) * NH_, [&](size_t begin, size_t end) {
+      thread_local std::vector<float> scores;
+      if (scores.size() < static_cast<size_t>(n_keys)) scores.resize(n_keys);
+      for (size_t it = begin; it < end; ++it) {
+        const int i = static_cast<int>(it / NH_), hh = static_cast<int>(it % NH_), gq = hh / group;
+        const float* kg = kc + (gq * cap + vis0) * D_;
+        const float* vg = vc + (gq * cap + vis0) * D_;
+        const float* qi = q + i * NQ + int64_t{hh} * D;
+        float* o = att + i * NQ + int64_t{hh} * D;
+        if (avx2) attend_row_avx2(qi, kg, vg, n_keys, D_, scale, scores.data(), o);
+        else attend_row_scalar(qi, kg, vg, n_keys, D_, scale, scores.data(), o);
+      }
+    });
+    matmul(att, B, W.o, t);
+    add_bias(t, B, H, W.o_bias);
+    for (int64_t j = 0; j < B * H; ++j) x[j] += t[j];
+    rmsnorm(x, H, B, H, W.post_norm.data(), eps_, h, H);
+    matmul(h, B, W.gate, g);
+    matmul(h, B, W.up, u);
+    silu_mul(g, u, g, B * I);
+    matmul(g, B, W.down, t);
+    for (int64_t j = 0; j < B * H; ++j) x[j] += t[j];
+  }
+  rmsnorm(x, H, B, H, final_norm_.data(), eps_, out, H);
+}
+
+// ---- BlockDrafter -----------------------------------------------------------------------
+
+BlockDrafter::BlockDrafter() = default;
+BlockDrafter::~BlockDrafter() = default;
+
+DraftContext& BlockDrafter::as_ctx(DraftSequence& seq) {
+  auto* c = dynamic_cast<DraftContext*>(&seq);
+  if (!c) throw Error("dflash drafter: sequence state was not created by this drafter's start()");
+  return *c;
+}
+
+void BlockDrafter::commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const {
+  if (c < 0) throw Error("dflash commit_context: negative position count " + std::to_string(c));
+  backbone_->append_context(as_ctx(seq), hidden, c);
+}
+
+DraftProposal BlockDrafter::propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
+                                    Rng& rng) const {
+  if (max_tokens < 0) throw Error("dflash propose: max_tokens must be >= 0, got " + std::to_string(max_tokens));
+  const int n = std::min(max_tokens, info_.max_draft_tokens);
+  if (n == 0) return {};
+  return run(as_ctx(seq), anchor, n, params, rng, nullptr);
+}
+
+DraftProposal BlockDrafter::propose_debug(DraftSequence& seq, int32_t anchor, const SamplingParams& params, Rng& rng,
+                                          DraftDebug& dbg) const {
+  dbg = DraftDebug{};
+  return run(as_ctx(seq), anchor, info_.max_draft_tokens, params, rng, &dbg);
+}
+
+float log_softmax_at(const float* logits, int n, int32_t id) {
+  double mx = -INFINITY;
+  for (int i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(logits[i]));
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  return static_cast<float>(static_cast<double>(logits[id]) - mx - std::log(sum));
+}
+
+int32_t draw_draft_token(const float* logits, int vocab, const SamplingParams& params, Rng& rng,
+                         std::vector<float>& probs) {
+  if (params.greedy()) return argmax(logits, vocab);
+  sampling_distribution(logits, vocab, params, probs);
+  return sample_from(probs, rng);
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,53 @@
+// dsinfer speculation floor: the one entry point from a draft checkpoint directory to a
+// Drafter bound to its target model.
+//
+// Data flow: DIR/config.json → dialect detection (`architectures`: DFlashDraftModel →
+// z-lab DFlash; Qwen3DSparkModel → DeepSpec DFlash when markov_rank == 0 and no confidence
+// head, else DSpark) → DraftConfig (backbone dimensions from the Qwen3-style fields, draft
+// fields from `dflash_config` / top level) → validation against the target (hidden size,
+// vocabulary, target_layer_ids range and order, mask id, block size) → the safetensors are
+// mapped and every tensor's shape checked (fc [H, m·H], heads [V, r] ...) by the concrete
+// drafter's constructor. Every refusal is one dsinfer::Error line naming file and field.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "spec/drafter.h"
+
+namespace dsinfer {
+
+class Model;
+
+struct DrafterOptions {
+  // Draft context sliding window: keep only the last window_size committed context
+  // positions in the draft KV cache (RoPE positions stay absolute). 0 = unlimited.
+  // CLI: --dflash-window-size.
+  int window_size = 0;
+  // Weight storage, as LoadOptions::weight_dtype ("auto", "f32", "bf16").
+  std::string weight_dtype = "auto";
+};
+
+enum class DraftDialect { ZLab, DeepSpec };
+
+// Everything the loader reads from a draft config.json (after validation).
+struct DraftConfig {
+  ModelConfig base;          // Qwen3-style backbone fields (dims, eps, RoPE, attention_bias)
+  DraftDialect dialect = DraftDialect::ZLab;
+  int block_size = 0;        // bs, including the anchor
+  int32_t mask_token_id = -1;
+  std::vector<int> target_layer_ids;
+  int markov_rank = 0;       // DeepSpec only
+  std::string markov_head;   // "", "vanilla", "gated", "rnn"
+  bool confidence_head = false;
+  int confidence_with_markov = -1;  // -1: not stated (inferred from the tensor shape), 0/1
+};
+
+// Parses and validates DIR/config.json against the target's config (no tensors read).
+DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& target);
+
+std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target,
+                                      const DrafterOptions& opts = {});
+
+}  // namespace dsinfer

@@ -1,0 +1,49 @@
+// dsinfer speculation floor: DSpark sequential (Markov) heads, drafters_spec.md §2.4.
+//
+// Data flow, per block position k inside one propose call: the previous token x_{k−1}
+// (the anchor for k = 0, then the SAMPLED previous draft) is looked up in W1
+// (markov_w1 [V, r]) giving e; the head turns e (and, for gated/rnn, the backbone output
+// h_k after the final norm, and the rnn state) into a logit bias B_k = W2 · f(...) with
+// W2 = markov_w2 [V, r]. The drafter adds B_k to the base logits U_k before sampling.
+//   vanilla: B = W2 e
+//   gated:   g = σ(gate_proj([h ; e]) + b),   B = W2 (g ⊙ e)
+//   rnn:     [a | c | o] = joint_proj([s ; e ; h]) + b (three chunks of r),
+//            s' = σ(a) ⊙ s + (1 − σ(a)) ⊙ tanh(c),   B = W2 tanh(o)   (uses the old s)
+// The rnn state starts at zero for every propose call and is carried across positions.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+
+namespace dsinfer {
+
+class WeightStore;
+
+class MarkovHead {
+ public:
+  enum class Type { Vanilla, Gated, Rnn };
+  // Reads markov_head.* from the store and checks shapes against (vocab, rank, hidden).
+  MarkovHead(WeightStore& store, Type type, int vocab, int rank, int hidden);
+
+  Type type() const { return type_; }
+  int rank() const { return r_; }
+  static const char* type_name(Type t);
+
+  // e = W1[prev] (r floats).
+  void embed(int32_t prev, float* e) const;
+  // Zero state (r floats; unused for vanilla/gated).
+  void reset(std::vector<float>& state) const { state.assign(static_cast<size_t>(r_), 0.0f); }
+  // bias[V] for the position whose previous token is `prev` and backbone output `h` [H];
+  // advances `state` for the rnn head. `e_out` (optional, r floats) receives W1[prev].
+  void bias(int32_t prev, const float* h, std::vector<float>& state, float* bias_out, float* e_out = nullptr) const;
+
+ private:
+  Type type_;
+  int V_, r_, H_;
+  WeightView w1_{}, w2_{}, gate_{}, joint_{};
+  std::vector<float> gate_bias_, joint_bias_;
+};
+
+}  // namespace dsinfer
