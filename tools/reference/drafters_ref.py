@@ -186,9 +186,11 @@ def plain_greedy(target, prompt, n):
 
 
 @torch.no_grad()
-def speculative_greedy(target, drafter, prompt, n_out):
+def speculative_greedy(target, drafter, prompt, n_out, recompute_context=False):
     """Greedy speculative loop (§1.6 for zlab, §2.7 for deepspec; T = 0, full block, no
-    confidence truncation). Returns (golden dict, tensors dict, stats)."""
+    confidence truncation). Returns (golden dict, tensors dict, stats).
+    recompute_context: cross-check mode that rebuilds the draft context K/V from all
+    committed features every round (fresh cache) instead of appending incrementally."""
     cfg = drafter.cfg
     zlab = cfg.dialect == "zlab"
     bs, mask, ids = cfg.block_size, cfg.mask_token_id, cfg.target_layer_ids
@@ -200,10 +202,13 @@ def speculative_greedy(target, drafter, prompt, n_out):
     ctx = target.features(hs, ids)  # [P, m*H]
     tensors = {"context_features": ctx.clone()}
     cache = DraftCache(cfg)
+    all_ctx = ctx
     rounds = []
     while len(seq) - P < n_out:
         anchor = seq[start]
         assert len(seq) == start + 1
+        if recompute_context:
+            cache, ctx = DraftCache(cfg), all_ctx
         h = drafter.backbone(cache, ctx, [anchor] + [mask] * (bs - 1), start)
         U = drafter.logits(h)
         if zlab:
@@ -255,6 +260,8 @@ def speculative_greedy(target, drafter, prompt, n_out):
         stats["accepted"].append(acc)
         # Commit anchor + accepted drafts (their verify features feed the next draft call) + bonus.
         ctx = target.features(vhs, ids)[start:start + acc + 1]
+        if recompute_context:  # features of all committed positions from one fresh target pass
+            all_ctx = target.features(target.forward(seq[:start + 1] + drafts[:acc])[1], ids)
         seq = seq[:start + 1] + committed
         start += acc + 1
     golden = {"dialect": cfg.dialect, "prompt": list(prompt), "block_size": bs, "mask_token_id": mask,
@@ -290,7 +297,14 @@ def check_case(case_dir, rtol=1e-5):
     assert worst <= rtol, (case_dir, worst)
     plain, _ = plain_greedy(target, gold["prompt"], len(gold["greedy_output"]))
     assert plain == gold["greedy_output"], case_dir
-    return worst
+    # Cross-check of the incremental draft cache: rebuilding the context K/V from scratch every
+    # round (features from a fresh full target pass) must give the same goldens.
+    _, t2, _ = speculative_greedy(target, drafter, gold["prompt"], len(gold["greedy_output"]),
+                                  recompute_context=True)
+    assert set(t2) == set(gt)
+    recompute_err = max(float((t2[k] - gt[k]).abs().max() / max(gt[k].abs().max(), 1e-30)) for k in gt)
+    assert recompute_err <= 1e-5, (case_dir, recompute_err)
+    return max(worst, recompute_err)
 
 
 def main(argv):
