@@ -1,6 +1,8 @@
 // dsinfer tokenizer floor: PCRE2 wrapper (see regex.h). The JIT stack is per thread and
 // grows to 8 MiB, enough for pre-tokenizer patterns on multi-megabyte inputs; should a match
 // still hit a resource limit we retry without JIT and then report an Error, never crash.
+// Patterns are compiled after rewrite_for_reference_unicode (regex_unicode.cpp), so that
+// property classes follow the reference's Unicode tables rather than PCRE2 10.42's.
 #include "tokenizer/regex.h"
 
 #include <pcre2.h>
