@@ -109,7 +109,9 @@ void run_case(const std::string& name) {
   pb.entries.push_back({0, prompt, {static_cast<int>(prompt.size()) - 1}});
   target->forward(*kv, pb, out);
   const size_t feat_w = info.target_layer_ids.size() * static_cast<size_t>(H);
-  if (const auto* t = T.find("context_features")) expect_close(out.captured, T.get(*t), feat_w, "context_features");
+  const auto* cf = T.find("context_features");
+  ASSERT_NE(cf, nullptr) << "golden tensor context_features missing";
+  expect_close(out.captured, T.get(*cf), feat_w, "context_features");
   auto seq = drafter->start();
   drafter->commit_context(*seq, prompt.data(), out.captured.data(), static_cast<int>(prompt.size()));
   int32_t anchor = argmax(out.logits.data(), V);
@@ -127,6 +129,8 @@ void run_case(const std::string& name) {
     DraftProposal p = block->propose_debug(*seq, anchor, SamplingParams{}, rng, dbg);
     const size_t n = p.tokens.size();
 
+    for (const char* req : {"backbone_out", "base_logits", "draft_logits"})
+      ASSERT_NE(T.find(pre + req), nullptr) << "golden tensor " << pre << req << " missing";
     if (const auto* t = T.find(pre + "backbone_out")) expect_close(dbg.backbone_out, T.get(*t), H, pre + "backbone_out");
     if (const auto* t = T.find(pre + "base_logits")) expect_close(dbg.base_logits, T.get(*t), V, pre + "base_logits");
     if (const auto* t = T.find(pre + "markov_bias")) expect_close(dbg.markov_bias, T.get(*t), V, pre + "markov_bias");
