@@ -55,6 +55,7 @@ struct GenerateArgs {
   int max_reuse_depth = -1;     // -1: unset
   std::string details_path;
   int ngram_max = 0, ngram_min = 0;  // 0: unset (defaults 3 and 1)
+  int window_size = -1;              // -1: unset; 0 = unlimited draft context
 };
 
 // Builds the drafter --spec asks for; null for plain decoding. Fills opts' draft caps.
@@ -67,11 +68,13 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
       throw Error("--draft-model-path: needs --spec dflash or --spec dspark (got --spec none)");
     if (a.block_size > 0) throw Error("--block-size: needs --spec dflash, dspark or ngram");
     if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs --spec dflash, dspark or ngram");
+    if (a.window_size >= 0) throw Error("--dflash-window-size: needs --spec dflash or dspark");
     return nullptr;
   }
   if (a.max_reuse_depth >= 0) opts.max_reuse_depth = a.max_reuse_depth;
   if (method == "ngram") {
     if (!a.draft_model_path.empty()) throw Error("--draft-model-path: not used by --spec ngram (it has no weights)");
+    if (a.window_size >= 0) throw Error("--dflash-window-size: not used by --spec ngram (it has no draft context cache)");
     NgramOptions no;
     if (a.ngram_max > 0) no.max_ngram = a.ngram_max;
     if (a.ngram_min > 0) no.min_ngram = a.ngram_min;
@@ -85,7 +88,11 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   // dflash / dspark (or a draft checkpoint without --spec: its own kind decides).
   const std::string shown = method.empty() ? std::string("--draft-model-path") : "--spec " + method;
   if (a.draft_model_path.empty()) throw Error(shown + ": needs --draft-model-path");
-  std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, DrafterOptions{});
+  if (!file_exists(a.draft_model_path + "/config.json"))
+    throw Error("--draft-model-path: " + a.draft_model_path + "/config.json not found (expected a drafter checkpoint directory)");
+  DrafterOptions dopts;
+  if (a.window_size > 0) dopts.window_size = a.window_size;
+  std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
   return d;
@@ -260,6 +267,10 @@ Runner register_generate(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   sub->add_option("--dflash-max-reuse-depth", a->max_reuse_depth, "Cap on drafts verified per round")
       ->check(CLI::Range(0, 1024));
+  sub->add_option("--dflash-window-size", a->window_size,
+                  "Drafter context window: committed positions of target context the drafter attends to "
+                  "(0 = all; e.g. 2048)")
+      ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--log-dflash-details", a->details_path, "Write one JSON line per speculative round to FILE");
   sub->add_option("--ngram-max", a->ngram_max, "ngram: longest suffix looked up (default 3)")->check(CLI::Range(1, 64));
   sub->add_option("--ngram-min", a->ngram_min, "ngram: shortest suffix looked up (default 1)")->check(CLI::Range(1, 64));

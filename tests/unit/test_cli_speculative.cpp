@@ -150,6 +150,11 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
     ASSERT_EQ(small.exit_code, 0) << small.err;
     EXPECT_LE(json::parse(small.out)["spec"]["acceptance"].size(), zlab ? 1u : 2u);
     EXPECT_EQ(json::parse(small.out)["ids"], json::parse(plain.out)["ids"]);
+    // A draft context window (even a tiny one) changes only acceptance, never the output.
+    auto windowed = run_dsinfer(with(args, {"--spec", method, "--draft-model-path", dir + "/draft",
+                                            "--dflash-window-size", "3"}));
+    ASSERT_EQ(windowed.exit_code, 0) << windowed.err;
+    EXPECT_EQ(json::parse(windowed.out)["ids"], json::parse(plain.out)["ids"]) << dir << " with --dflash-window-size 3";
     // Sampling: seeded, exact budget.
     auto sampled = run_dsinfer(with(args, {"--spec", method, "--draft-model-path", dir + "/draft", "--temperature", "1",
                                            "--seed", "3"}));
@@ -158,6 +163,12 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
     cases++;
   }
   EXPECT_GE(cases, 3);
+}
+
+TEST(CliSpeculative, DraftDirectoryAndWindowErrors) {
+  expect_error(with(base_args(), {"--spec", "dspark", "--draft-model-path", "/nonexistent/draft"}), "--draft-model-path");
+  expect_error(with(base_args(), {"--spec", "ngram", "--dflash-window-size", "16"}), "--dflash-window-size");
+  expect_error(with(base_args(), {"--dflash-window-size", "16"}), "--dflash-window-size");
 }
 
 TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
