@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "engine/generator.h"
 #include "engine/speculative.h"
 #include "model/model.h"
+#include "spec/calibration.h"
 #include "spec/drafter_loader.h"
 #include "spec/ngram_drafter.h"
 #include "tokenizer/tokenizer.h"
@@ -56,6 +58,7 @@ struct GenerateArgs {
   std::string details_path;
   int ngram_max = 0, ngram_min = 0;  // 0: unset (defaults 3 and 1)
   int window_size = -1;              // -1: unset; 0 = unlimited draft context
+  float validation_threshold = -1;   // -1: unset
 };
 
 // Builds the drafter --spec asks for; null for plain decoding. Fills opts' draft caps.
@@ -69,12 +72,14 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (a.block_size > 0) throw Error("--block-size: needs --spec dflash, dspark or ngram");
     if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs --spec dflash, dspark or ngram");
     if (a.window_size >= 0) throw Error("--dflash-window-size: needs --spec dflash or dspark");
+    if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: needs --spec dspark");
     return nullptr;
   }
   if (a.max_reuse_depth >= 0) opts.max_reuse_depth = a.max_reuse_depth;
   if (method == "ngram") {
     if (!a.draft_model_path.empty()) throw Error("--draft-model-path: not used by --spec ngram (it has no weights)");
     if (a.window_size >= 0) throw Error("--dflash-window-size: not used by --spec ngram (it has no draft context cache)");
+    if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: not used by --spec ngram (no confidences)");
     NgramOptions no;
     if (a.ngram_max > 0) no.max_ngram = a.ngram_max;
     if (a.ngram_min > 0) no.min_ngram = a.ngram_min;
@@ -95,6 +100,20 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
+  if (a.validation_threshold > 0.0f) {
+    if (!d->info().confidence_head)
+      throw Error("--dflash-validation-threshold: the drafter in " + a.draft_model_path +
+                  " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
+    opts.validation_threshold = a.validation_threshold;
+    static std::optional<Calibration> cal;  // lives as long as the run
+    cal = load_calibration(a.draft_model_path);
+    if (cal) {
+      opts.calibration = &*cal;
+    } else {
+      std::fprintf(stderr, "warning: %s has no calibration.json: thresholding raw confidences (run dsinfer calibrate)\n",
+                   a.draft_model_path.c_str());
+    }
+  }
   return d;
 }
 
@@ -271,6 +290,9 @@ Runner register_generate(CLI::App& app) {
                   "Drafter context window: committed positions of target context the drafter attends to "
                   "(0 = all; e.g. 2048)")
       ->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--dflash-validation-threshold", a->validation_threshold,
+                  "Verify only drafts whose calibrated prefix survival probability stays >= this (0 = off)")
+      ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--log-dflash-details", a->details_path, "Write one JSON line per speculative round to FILE");
   sub->add_option("--ngram-max", a->ngram_max, "ngram: longest suffix looked up (default 3)")->check(CLI::Range(1, 64));
   sub->add_option("--ngram-min", a->ngram_min, "ngram: shortest suffix looked up (default 1)")->check(CLI::Range(1, 64));

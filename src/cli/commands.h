@@ -17,5 +17,7 @@ Runner register_generate(CLI::App& app);
 Runner register_tokenize(CLI::App& app);
 Runner register_bench_model(CLI::App& app);
 Runner register_make_random_model(CLI::App& app);
+Runner register_calibrate(CLI::App& app);
+Runner register_debug_dflash(CLI::App& app);
 
 }  // namespace dsinfer::cli

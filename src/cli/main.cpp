@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_tokenize);
   add(dsinfer::cli::register_bench_model);
   add(dsinfer::cli::register_make_random_model);
+  add(dsinfer::cli::register_calibrate);
+  add(dsinfer::cli::register_debug_dflash);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

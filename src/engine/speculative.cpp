@@ -1,6 +1,10 @@
 // dsinfer engine: the speculative round driver (see speculative.h).
 #include "engine/speculative.h"
 
+#include <cmath>
+
+#include "spec/calibration.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +30,7 @@ std::string spec_round_json(const SpecRound& r) {
   nlohmann::json conf = nlohmann::json::array();
   for (float c : r.confidences) conf.push_back(std::isfinite(c) ? nlohmann::json(c) : nlohmann::json());
   j["confidences"] = conf;
+  j["drafted"] = r.drafted;
   j["verify_len"] = r.verify_len;
   j["accepted"] = r.accepted;
   j["next_token"] = r.next_token;
@@ -135,6 +140,23 @@ SpecRound& SpecDecoder::round(int max_new) {
   if (static_cast<int>(prop.tokens.size()) > n_max)
     throw Error("drafter '" + opts_.drafter->info().kind + "' proposed " + std::to_string(prop.tokens.size()) +
                 " tokens, more than the " + std::to_string(n_max) + " asked for");
+  r.drafted = static_cast<int>(prop.tokens.size());
+  if (opts_.validation_threshold > 0.0f && !prop.tokens.empty()) {
+    if (prop.confidence_logits.size() != prop.tokens.size())
+      throw Error("--dflash-validation-threshold: drafter '" + opts_.drafter->info().kind + "' has no confidence head");
+    std::vector<float> survival;
+    if (opts_.calibration) {
+      survival = calibrated_survival(*opts_.calibration, prop.confidence_logits);
+    } else {
+      double a = 1.0;
+      for (float z : prop.confidence_logits) survival.push_back(static_cast<float>(a *= 1.0 / (1.0 + std::exp(-z))));
+    }
+    const int keep = static_threshold_length(survival, opts_.validation_threshold, static_cast<int>(prop.tokens.size()));
+    prop.tokens.resize(static_cast<size_t>(keep));
+    if (!prop.q.empty()) prop.q.resize(static_cast<size_t>(keep) * (prop.q.size() / static_cast<size_t>(r.drafted)));
+    prop.confidence.resize(std::min(prop.confidence.size(), static_cast<size_t>(keep)));
+    prop.confidence_logits.resize(static_cast<size_t>(keep));
+  }
   const int n = static_cast<int>(prop.tokens.size());
   r.draft_ms = ms_since(t0);
 

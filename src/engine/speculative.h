@@ -33,6 +33,7 @@ namespace dsinfer {
 
 class KVCache;
 class Model;
+struct Calibration;
 
 // What happened in one round (also what --log-dflash-details writes, one JSON line each).
 struct SpecRound {
@@ -41,6 +42,7 @@ struct SpecRound {
   int32_t anchor = 0;
   std::vector<int32_t> draft_ids;
   std::vector<float> confidences;  // drafter confidence per draft (empty without a head)
+  int drafted = 0;           // drafts the drafter returned (before threshold pruning)
   int verify_len = 0;        // tokens in the verify forward: 1 + drafts
   int accepted = 0;          // accepted drafts
   int32_t next_token = 0;    // correction or bonus
@@ -69,6 +71,12 @@ struct SpecOptions {
   const Drafter* drafter = nullptr;  // null: plain decoding (every round verifies the anchor only)
   int max_draft_tokens = -1;         // cap on drafts per round; -1: drafter->info().max_draft_tokens
   int max_reuse_depth = -1;          // --dflash-max-reuse-depth: further cap; -1: unset
+  // --dflash-validation-threshold: verify only the drafts whose prefix survival probability
+  // â_k = prod_{i<=k} sigmoid(z_i / T_i) stays >= the threshold (0 = off). T_i come from
+  // `calibration` (calibration.json, STS) or are 1 without one. Non-anticipating: whether
+  // d_k is verified depends on z_1..z_k only, which depend on d_1..d_{k-1}; lossless.
+  float validation_threshold = 0.0f;
+  const Calibration* calibration = nullptr;
   std::function<void(const SpecRound&)> on_round;  // called after each round is emitted
 };
 

@@ -191,3 +191,34 @@ TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
     EXPECT_GE(r.exit_code, 0) << "crashed";
   }
 }
+
+// --dflash-validation-threshold prunes the verified drafts by (calibrated) prefix survival:
+// a higher threshold never verifies more drafts, the output never changes, and drafters
+// without a confidence head refuse the flag.
+TEST(CliSpeculative, ValidationThresholdPrunesWithoutChangingOutput) {
+  const std::string dir = std::string(DSINFER_TEST_DATA) + "/drafters/dspark_vanilla";
+  if (!std::filesystem::exists(dir + "/draft/config.json")) GTEST_SKIP() << dir << " absent";
+  std::vector<std::string> args = {"generate", "--model-path", dir + "/target", "--draft-model-path", dir + "/draft",
+                                   "--spec", "dspark", "--prompt-ids", "5,6,7,8,9,10", "--max-tokens", "40",
+                                   "--ignore-eos", "--json"};
+  json first;
+  int64_t last_proposed = INT64_MAX;
+  for (const char* t : {"0", "0.3", "0.6", "0.95"}) {
+    auto r = run_dsinfer(with(args, {"--dflash-validation-threshold", t}));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto j = json::parse(r.out);
+    if (first.is_null()) first = j;
+    EXPECT_EQ(j["ids"], first["ids"]) << "threshold " << t;
+    int64_t proposed = 0;
+    for (const auto& p : j["spec"]["acceptance"]) proposed += p["proposed"].get<int64_t>();
+    EXPECT_LE(proposed, last_proposed) << "threshold " << t;
+    last_proposed = proposed;
+  }
+  EXPECT_LT(last_proposed, 10) << "a 0.95 threshold should prune almost every draft of this random head";
+  const std::string nohead = std::string(DSINFER_TEST_DATA) + "/drafters/deepspec_dflash";
+  expect_error({"generate", "--model-path", nohead + "/target", "--draft-model-path", nohead + "/draft", "--spec",
+                "dflash", "--prompt-ids", "5,6", "--dflash-validation-threshold", "0.5"},
+               "confidence head");
+  expect_error(with(base_args(), {"--spec", "ngram", "--dflash-validation-threshold", "0.5"}),
+               "--dflash-validation-threshold");
+}
