@@ -144,13 +144,9 @@ SpecRound& SpecDecoder::round(int max_new) {
   if (opts_.validation_threshold > 0.0f && !prop.tokens.empty()) {
     if (prop.confidence_logits.size() != prop.tokens.size())
       throw Error("--dflash-validation-threshold: drafter '" + opts_.drafter->info().kind + "' has no confidence head");
-    std::vector<float> survival;
-    if (opts_.calibration) {
-      survival = calibrated_survival(*opts_.calibration, prop.confidence_logits);
-    } else {
-      double a = 1.0;
-      for (float z : prop.confidence_logits) survival.push_back(static_cast<float>(a *= 1.0 / (1.0 + std::exp(-z))));
-    }
+    // Without calibration.json every T_k is 1: the raw cumulative product of sigmoids.
+    const std::vector<float> survival =
+        calibrated_survival(opts_.calibration ? *opts_.calibration : Calibration{}, prop.confidence_logits);
     const int keep = static_threshold_length(survival, opts_.validation_threshold, static_cast<int>(prop.tokens.size()));
     prop.tokens.resize(static_cast<size_t>(keep));
     if (!prop.q.empty()) prop.q.resize(static_cast<size_t>(keep) * (prop.q.size() / static_cast<size_t>(r.drafted)));
