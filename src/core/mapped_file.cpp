@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,7 +16,35 @@
 
 namespace dsinfer {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+namespace {
+
+// Bytes of memory the kernel reports as available (0 if unknown).
+size_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  size_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+MappedFile::Placement resolve_placement(MappedFile::Placement p, size_t size) {
+  if (const char* env = std::getenv("DSINFER_WEIGHTS")) {
+    if (std::strcmp(env, "mmap") == 0) return MappedFile::Placement::Mmap;
+    if (std::strcmp(env, "resident") == 0) return MappedFile::Placement::Resident;
+  }
+  if (p != MappedFile::Placement::Auto) return p;
+  // Small files are not worth a copy; large ones are copied while they leave at least
+  // half of the available memory free (KV cache, activations, other processes).
+  if (size < (64u << 20)) return MappedFile::Placement::Mmap;
+  const size_t avail = mem_available_bytes();
+  return (avail > 0 && size <= avail / 2) ? MappedFile::Placement::Resident : MappedFile::Placement::Mmap;
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, Placement placement) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -37,12 +66,29 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       throw Error(path + ": cannot mmap: " + std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
+    mapped_size_ = size_;
+    if (resolve_placement(placement, size_) == Placement::Resident) {
+      const size_t huge = size_t{2} << 20;
+      const size_t rounded = (size_ + huge - 1) / huge * huge;
+      void* a = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (a != MAP_FAILED) {
+#ifdef MADV_HUGEPAGE
+        ::madvise(a, rounded, MADV_HUGEPAGE);  // a hint: fine if transparent huge pages are off
+#endif
+        std::memcpy(a, p, size_);
+        ::mprotect(a, rounded, PROT_READ);
+        ::munmap(p, size_);
+        data_ = static_cast<const uint8_t*>(a);
+        mapped_size_ = rounded;
+        resident_ = true;
+      }  // else: keep the page-cache mapping
+    }
   }
   ::close(fd);
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), mapped_size_);
 }
 
 std::string read_text_file(const std::string& path) {
