@@ -8,6 +8,9 @@ paths real Qwen3 checkpoints use. Special tokens: <|endoftext|> (end of text / p
 The chat template of tokenizer_config.json is Qwen3's (copied from the tokenizer_config
 given with --chat-template-from, Apache-2.0), so dsinfer detects the Qwen3 ChatML family.
 
+Corpus: *.txt files (a directory is searched recursively) or *.jsonl files with a "text" field
+per line (the build_corpus.sh layout; a directory of those is searched too with --jsonl).
+
 Usage: python3 train_tokenizer.py --corpus DIR_OR_FILES... --vocab-size 8192 \
            --chat-template-from path/to/qwen3/tokenizer_config.json --out OUT_DIR
 Deterministic for a given corpus and vocab size (the BPE trainer is deterministic).
@@ -30,10 +33,12 @@ def main():
     ap.add_argument("--vocab-size", type=int, default=8192)
     ap.add_argument("--chat-template-from", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--jsonl", action="store_true", help="directories hold *.jsonl ({\"text\": ...}) files")
     a = ap.parse_args()
     files = []
     for c in a.corpus:
-        files += sorted(glob.glob(os.path.join(c, "**", "*.txt"), recursive=True)) if os.path.isdir(c) else [c]
+        pat = "*.jsonl" if a.jsonl else "*.txt"
+        files += sorted(glob.glob(os.path.join(c, "**", pat), recursive=True)) if os.path.isdir(c) else [c]
     tok = Tokenizer(models.BPE(byte_fallback=False, ignore_merges=False))
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
@@ -42,7 +47,15 @@ def main():
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     trainer = trainers.BpeTrainer(vocab_size=a.vocab_size - len(SPECIALS), min_frequency=2,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train(files, trainer)
+    if all(f.endswith(".jsonl") for f in files):
+        def texts():
+            for f in files:
+                with open(f, encoding="utf-8") as fh:
+                    for line in fh:
+                        yield json.loads(line)["text"]
+        tok.train_from_iterator(texts(), trainer)
+    else:
+        tok.train(files, trainer)
     tok.add_special_tokens(SPECIALS)
     os.makedirs(a.out, exist_ok=True)
     tok.save(os.path.join(a.out, "tokenizer.json"))
