@@ -6,6 +6,15 @@
 # Reassembles model.safetensors from its 15 MB parts and checks the sha256.
 set -euo pipefail
 SRC=$1; DEST=${2:-models/embedded}
+# Device calls return their staged tree as stepN.tar.part-NN (the 8-file limit of $OUT):
+# unpack those first, then work on the unpacked tree.
+if ls "$SRC"/step*.tar.part-* >/dev/null 2>&1; then
+  U=$(mktemp -d)
+  for s in 1 2; do
+    ls "$SRC"/step$s.tar.part-* >/dev/null 2>&1 && cat "$SRC"/step$s.tar.part-* | tar -x -C "$U"
+  done
+  SRC=$U
+fi
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 put() {  # put SRC_DIR DEST_DIR
   mkdir -p "$2"

@@ -4,7 +4,7 @@
 # Env: TOTAL_S (default 570: the whole call's wall budget), SEED (1), VOCAB (8192).
 set -euo pipefail
 T0=$(date +%s); TOTAL_S=${TOTAL_S:-570}; SEED=${SEED:-1}; VOCAB=${VOCAB:-8192}
-W=train-work; O=${OUT:-/tmp/out}/step1; mkdir -p "$W" "$O"
+W=train-work; STAGE=${STAGE:-/tmp/dsinfer-stage}; O=$STAGE/step1; mkdir -p "$W" "$O"
 el() { echo $(( $(date +%s) - T0 )); }
 exec > >(tee "$O/step1.log") 2>&1
 nvidia-smi --query-gpu=name,memory.total --format=csv || true
@@ -34,3 +34,7 @@ cp "$W/target/"{config.json,generation_config.json,tokenizer.json,tokenizer_conf
 ( cd "$W/target" && sha256sum model.safetensors ) > "$O/target/model.safetensors.sha256"
 split -b 15000000 -d "$W/target/model.safetensors" "$O/target/model.safetensors.part-"
 ls -la "$O" "$O/target"; echo "[$(el)s] step 1 done"
+# Only 8 files (16 MB each) come back from $OUT: send the staged tree as one tar in 15 MB parts.
+mkdir -p "${OUT:-/tmp/out}"
+tar -C "$STAGE" -cf - step1 | split -b 15000000 -d - "${OUT:-/tmp/out}/step1.tar.part-"
+ls -la "${OUT:-/tmp/out}"

@@ -6,7 +6,7 @@
 set -euo pipefail
 T0=$(date +%s); TOTAL_S=${TOTAL_S:-570}; SEED=${SEED:-42}; KINDS=${KINDS:-dflash,dspark,zlab}
 TARGET=${TARGET:-models/embedded/target}; GEN_MIN=${GEN_MIN:-2.5}
-W=train-work; O=${OUT:-/tmp/out}/step2; mkdir -p "$W" "$O"
+W=train-work; STAGE=${STAGE:-/tmp/dsinfer-stage}; O=$STAGE/step2; mkdir -p "$W" "$O"
 el() { echo $(( $(date +%s) - T0 )); }
 exec > >(tee "$O/step2.log") 2>&1
 (cd "$TARGET" && sha256sum -c model.safetensors.sha256 2>/dev/null || true)
@@ -25,3 +25,7 @@ for k in ${KINDS//,/ }; do
   split -b 15000000 -d "$W/drafters/$k/model.safetensors" "$O/$k/model.safetensors.part-"
 done
 ls -la "$O"/*; echo "[$(el)s] step 2 done"
+# Only 8 files (16 MB each) come back from $OUT: send the staged tree as one tar in 15 MB parts.
+mkdir -p "${OUT:-/tmp/out}"
+tar -C "$STAGE" -cf - step2 | split -b 15000000 -d - "${OUT:-/tmp/out}/step2.tar.part-"
+ls -la "${OUT:-/tmp/out}"
