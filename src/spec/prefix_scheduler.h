@@ -56,11 +56,12 @@ constexpr int kMaxSpsBatchTokens = 1 << 20;
 // gets SPS(last) (the engine should cap batches at max_batch_tokens()).
 class SpsTable {
  public:
-  SpsTable() = default;  // empty: sps() must not be called
+  SpsTable() = default;  // empty: sps() returns 0, the policies refuse it
   // Throws Error ("sps table: points[i]: ...") when the points are invalid.
   explicit SpsTable(std::vector<SpsPoint> points, std::string model_hash = {}, std::string machine = {});
 
   double sps(int batch_tokens) const {
+    if (dense_.empty()) return 0.0;
     if (batch_tokens < 1) batch_tokens = 1;
     if (batch_tokens >= static_cast<int>(dense_.size())) return dense_.back();
     return dense_[static_cast<size_t>(batch_tokens)];
@@ -155,7 +156,7 @@ ScheduleResult threshold_lengths(const Survivals& survivals, float threshold, co
 // `fixed`: every proposed draft, ℓ_r = cap_r. R = caps.per_request.size() and every
 // per_request[r].proposed must be >= 0 (throws Error otherwise). Under max_batch_tokens the
 // drafts are shared breadth-first (all first drafts, then all second drafts, ...; the
-// global order with every a = 1).
+// global order with every a = 1). expected_tokens and throughput are 0 (no survivals).
 ScheduleResult fixed_lengths(const ScheduleCaps& caps);
 
 // `dspark-async` (paper §5.2): the batch budget K for step t is fixed from the survivals

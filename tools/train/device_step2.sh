@@ -5,7 +5,10 @@
 # Env: TOTAL_S (570), GEN_MIN (2.5), SEED (42), KINDS (dflash,dspark,zlab), TARGET (models/embedded/target).
 set -euo pipefail
 T0=$(date +%s); TOTAL_S=${TOTAL_S:-570}; SEED=${SEED:-42}; KINDS=${KINDS:-dflash,dspark,zlab}
-TARGET=${TARGET:-models/embedded/target}; GEN_MIN=${GEN_MIN:-2.5}
+TARGET=${TARGET:-models/embedded/target}
+# The prompts made by step 1 are committed as tools/train/prompts.npz (4.8 MB), so step 2
+# runs from a fresh clone without carrying them.
+if [ ! -f train-data/prompts.npz ] && [ -f tools/train/prompts.npz ]; then mkdir -p train-data; cp tools/train/prompts.npz train-data/; fi; GEN_MIN=${GEN_MIN:-2.5}
 W=train-work; STAGE=${STAGE:-/tmp/dsinfer-stage}; O=$STAGE/step2; mkdir -p "$W" "$O"
 el() { echo $(( $(date +%s) - T0 )); }
 exec > >(tee "$O/step2.log") 2>&1
