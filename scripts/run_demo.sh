@@ -19,5 +19,6 @@ fi
 if (($#)); then
   exec ./build/dsinfer generate --model-path "$M" "$@"
 fi
-exec ./build/dsinfer generate --model-path "$M" --prompt $'/* Return the number of set bits in x. */\nstatic unsigned int popcount(unsigned long x)\n{' \
-  --max-tokens 96 --temperature 0.7 --top-p 0.95 --seed 1
+PROMPT=$'#include <linux/module.h>\n#include <linux/kernel.h>\n\nstatic int __init'
+printf '%s' "$PROMPT"  # the prompt, then the model's continuation streams after it
+exec ./build/dsinfer generate --model-path "$M" --prompt "$PROMPT" --max-tokens 80
