@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
+#include "sampling/sampler.h"
 
 namespace dsinfer::cli {
 
@@ -33,10 +34,6 @@ struct BenchModelArgs {
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-int argmax(const float* x, int n) {
-  return static_cast<int>(std::max_element(x, x + n) - x);
 }
 
 int run_bench_model(const BenchModelArgs& a) {
