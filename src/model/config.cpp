@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 
 namespace dsinfer {
@@ -57,14 +58,9 @@ struct Fields {
 };
 
 json parse_json_file(const std::string& path) {
-  std::string text = read_text_file(path);
-  try {
-    json j = json::parse(text);
-    if (!j.is_object()) throw Error(path + ": expected a JSON object at top level");
-    return j;
-  } catch (const json::parse_error& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
-  }
+  json j = read_json_file(path);
+  if (!j.is_object()) throw Error(path + ": expected a JSON object at top level");
+  return j;
 }
 
 void parse_rope_object(const json& r, const std::string& file, const std::string& name, RopeConfig& rope) {

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_util.h"
 
 namespace dsinfer {
 
@@ -152,12 +153,7 @@ std::unique_ptr<SafetensorsSet> SafetensorsSet::open_dir(const std::string& dir)
     return f;
   };
   if (file_exists(index)) {
-    json j;
-    try {
-      j = json::parse(read_text_file(index));
-    } catch (const json::exception& e) {
-      throw Error(index + ": invalid JSON: " + e.what());
-    }
+    json j = read_json_file(index);
     if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
       throw Error(index + ": field 'weight_map': missing or not an object");
     std::map<std::string, std::string> wm;

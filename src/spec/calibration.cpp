@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 
 namespace dsinfer {
@@ -361,12 +362,7 @@ std::string calibration_to_json(const Calibration& c) {
 }
 
 Calibration parse_calibration(const std::string& text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(file + ": invalid JSON: " + std::string(e.what()));
-  }
+  const nlohmann::json j = parse_json(text, file);
   if (!j.is_object()) throw Error(file + ": must hold a JSON object");
   Calibration c;
   c.version = static_cast<int>(need_int(j, file, "version", 1, 1));

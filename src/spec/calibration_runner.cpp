@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "model/model.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
@@ -26,12 +27,7 @@ std::vector<std::vector<int32_t>> read_calibration_prompts(
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(where + ": invalid JSON: " + std::string(e.what()));
-    }
+    const nlohmann::json j = parse_json(line, where);
     if (!j.is_object()) throw Error(where + ": each line must be a JSON object with \"prompt\" or \"prompt_ids\"");
     const bool has_text = j.contains("prompt"), has_ids = j.contains("prompt_ids");
     if (has_text == has_ids) throw Error(where + ": give exactly one of \"prompt\" or \"prompt_ids\"");

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "model/model.h"
 #include "spec/deepspec_drafter.h"
@@ -60,12 +61,7 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
   const std::string file = draft_dir + "/config.json";
   DraftConfig d;
   d.base = load_model_config(draft_dir);  // throws naming the file/field
-  json j;
-  try {
-    j = json::parse(read_text_file(file));
-  } catch (const json::parse_error& e) {
-    throw Error(file + ": invalid JSON: " + e.what());
-  }
+  const json j = read_json_file(file);
   Reader r{j, file};
   const ModelConfig& b = d.base;
 

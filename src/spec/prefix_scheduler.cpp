@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "spec/calibration.h"
 
@@ -203,13 +204,7 @@ std::string sps_table_to_json(const SpsTable& t) {
 }
 
 SpsTable parse_sps_table(const std::string& text, const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    // nlohmann's message is one line; keep it so the position of the error is reported.
-    throw Error(file + ": invalid JSON: " + std::string(e.what()));
-  }
+  const nlohmann::json j = parse_json(text, file);
   if (!j.is_object()) throw Error(file + ": must hold a JSON object");
   const auto& v = need(j, file, "version");
   if (!v.is_number_integer() || v.get<int64_t>() != 1) field_error(file, "version", "must be 1");

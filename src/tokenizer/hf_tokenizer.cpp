@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_util.h"
+#include "core/mapped_file.h"
 #include "tokenizer/utf8.h"
 
 namespace dsinfer {
@@ -17,29 +19,6 @@ namespace dsinfer {
 using json = nlohmann::json;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(path + ": read error");
-  return ss.str();
-}
-
-json parse_json_file(const std::string& path) {
-  std::string text = read_file(path);
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(path + ": invalid JSON: " + e.what());
-  }
-}
-
-bool file_exists(const std::string& path) {
-  std::ifstream f(path);
-  return static_cast<bool>(f);
-}
 
 // Last / first code point of a valid UTF-8 string.
 uint32_t last_cp(std::string_view s) {
@@ -109,7 +88,7 @@ std::vector<AddedTokenMatcher::Match> AddedTokenMatcher::find_all(std::string_vi
 // ---- loading ----------------------------------------------------------------------------------
 
 HfTokenizer::HfTokenizer(const std::string& path, const std::string& config_path) {
-  json j = parse_json_file(path);
+  json j = read_json_file(path);
   JsonWhere root{path, ""};
   if (!j.is_object()) throw Error(path + ": expected a JSON object at top level");
 
@@ -172,7 +151,7 @@ HfTokenizer::HfTokenizer(const std::string& path, const std::string& config_path
 }
 
 void HfTokenizer::load_config(const std::string& path) {
-  json c = parse_json_file(path);
+  json c = read_json_file(path);
   JsonWhere root{path, ""};
   if (!c.is_object()) throw Error(path + ": expected a JSON object at top level");
   auto token_field = [&](const char* k) -> std::string {
