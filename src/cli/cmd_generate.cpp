@@ -63,6 +63,7 @@ struct GenerateArgs {
 
 // Builds the drafter --spec asks for; null for plain decoding. Fills opts' draft caps.
 std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& method, Model& target,
+                                      std::optional<Calibration>& calibration,
                                       SpecOptions& opts) {
   const bool ngram_flags = a.ngram_max > 0 || a.ngram_min > 0;
   if (ngram_flags && method != "ngram") throw Error("--ngram-max/--ngram-min: only used with --spec ngram");
@@ -105,10 +106,9 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
       throw Error("--dflash-validation-threshold: the drafter in " + a.draft_model_path +
                   " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
     opts.validation_threshold = a.validation_threshold;
-    static std::optional<Calibration> cal;  // lives as long as the run
-    cal = load_calibration(a.draft_model_path);
-    if (cal) {
-      opts.calibration = &*cal;
+    calibration = load_calibration(a.draft_model_path);
+    if (calibration) {
+      opts.calibration = &*calibration;
     } else {
       std::fprintf(stderr, "warning: %s has no calibration.json: thresholding raw confidences (run dsinfer calibrate)\n",
                    a.draft_model_path.c_str());
@@ -143,6 +143,8 @@ int run_generate(const GenerateArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   if (a.prompt_set == !a.prompt_ids.empty()) throw Error("generate: give exactly one of --prompt or --prompt-ids");
   if (a.chat && !a.prompt_set) throw Error("--chat: needs --prompt");
+  if (!a.chat && !a.system.empty()) throw Error("--system: only used with --chat");
+  if (!a.chat && a.no_think) throw Error("--no-think: only used with --chat");
 
   auto model = load_model(a.model_path);
   const ModelConfig& cfg = model->config();
@@ -185,7 +187,8 @@ int run_generate(const GenerateArgs& a) {
   std::string method = a.spec;
   if (method.empty() && a.draft_model_path.empty()) method = "none";
   SpecOptions spec_opts;
-  std::unique_ptr<Drafter> drafter = make_drafter(a, method, *model, spec_opts);
+  std::optional<Calibration> calibration;  // read by spec_opts.calibration during the run
+  std::unique_ptr<Drafter> drafter = make_drafter(a, method, *model, calibration, spec_opts);
   spec_opts.drafter = drafter.get();
   if (method.empty() && drafter) method = drafter->info().kind;
   std::ofstream details;

@@ -153,4 +153,11 @@ TEST(CliGenerate, BadFlagsExitNonZero) {
   r = run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--prompt"), std::string::npos) << r.err;
+  // Chat-only flags without --chat are refused, not ignored.
+  r = run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt-ids", "1", "--system", "x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--system"), std::string::npos) << r.err;
+  r = run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt-ids", "1", "--no-think"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--no-think"), std::string::npos) << r.err;
 }
