@@ -20,34 +20,13 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
 #include "model/kv_cache.h"
+#include "model/qwen3_layer.h"
 #include "model/rope_params.h"
 #include "model/weights.h"
 
 namespace dsinfer {
 
 namespace {
-
-struct Qwen3Layer {
-  WeightView q, k, v, o, gate, up, down;
-  std::vector<float> q_bias, k_bias, v_bias, o_bias;  // empty unless attention_bias
-  std::vector<float> q_norm, k_norm, in_norm, post_norm;
-};
-
-// Grows a buffer to at least n floats; never shrinks, so repeated calls do not allocate.
-float* grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-void add_bias(float* y, int64_t rows, int64_t n, const std::vector<float>& b) {
-  if (b.empty()) return;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
-}
-
-void add_inplace(float* x, const float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
-}
 
 class Qwen3Model final : public Model {
  public:
@@ -66,7 +45,8 @@ class Qwen3Model final : public Model {
  private:
   ModelConfig cfg_;
   std::unique_ptr<WeightStore> store_;
-  std::vector<Qwen3Layer> layers_;
+  std::vector<Qwen3LayerWeights> layers_;
+  Qwen3LayerDims dims_;
   WeightView embed_{}, head_{};
   std::vector<float> final_norm_;
   RopeParams rope_;
@@ -88,32 +68,15 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(c
   rope_ = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
 
   store_ = std::make_unique<WeightStore>(cfg.model_dir, opts.weight_dtype);
-  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size, D = cfg.head_dim;
-  const int64_t NQ = cfg.num_attention_heads * D, NKV = cfg.num_key_value_heads * D;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, D = cfg.head_dim;
+  dims_ = qwen3_layer_dims(cfg);
   embed_ = store_->matrix("model.embed_tokens.weight", V, H);
   uint64_t bytes = 0;
   auto mbytes = [](const WeightView& w) { return static_cast<uint64_t>(w.rows * w.cols) * dtype_size(w.dtype); };
   layers_.resize(cfg.num_hidden_layers);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Qwen3Layer& L = layers_[l];
-    L.q = store_->matrix(p + "self_attn.q_proj.weight", NQ, H);
-    L.k = store_->matrix(p + "self_attn.k_proj.weight", NKV, H);
-    L.v = store_->matrix(p + "self_attn.v_proj.weight", NKV, H);
-    L.o = store_->matrix(p + "self_attn.o_proj.weight", H, NQ);
-    L.gate = store_->matrix(p + "mlp.gate_proj.weight", I, H);
-    L.up = store_->matrix(p + "mlp.up_proj.weight", I, H);
-    L.down = store_->matrix(p + "mlp.down_proj.weight", H, I);
-    if (cfg.attention_bias) {
-      L.q_bias = store_->vector_f32(p + "self_attn.q_proj.bias", NQ);
-      L.k_bias = store_->vector_f32(p + "self_attn.k_proj.bias", NKV);
-      L.v_bias = store_->vector_f32(p + "self_attn.v_proj.bias", NKV);
-      L.o_bias = store_->vector_f32(p + "self_attn.o_proj.bias", H);
-    }
-    L.q_norm = store_->vector_f32(p + "self_attn.q_norm.weight", D);
-    L.k_norm = store_->vector_f32(p + "self_attn.k_norm.weight", D);
-    L.in_norm = store_->vector_f32(p + "input_layernorm.weight", H);
-    L.post_norm = store_->vector_f32(p + "post_attention_layernorm.weight", H);
+    Qwen3LayerWeights& L = layers_[l];
+    L = load_qwen3_layer(*store_, "model.layers." + std::to_string(l) + ".", dims_, cfg.attention_bias);
     for (const WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += mbytes(*w);
     bytes += static_cast<uint64_t>(2 * D + 2 * H) * 4;
   }
@@ -234,19 +197,8 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const int64_t hs = kv->head_stride();
 
   for (int l = 0; l < L; ++l) {
-    const Qwen3Layer& W = layers_[l];
-    // Attention sub-block.
-    rmsnorm(x, H, T, H, W.in_norm.data(), eps, h, H);
-    matmul(h, T, W.q, q);
-    matmul(h, T, W.k, k);
-    matmul(h, T, W.v, v);
-    add_bias(q, T, NQ, W.q_bias);
-    add_bias(k, T, NKV, W.k_bias);
-    add_bias(v, T, NKV, W.v_bias);
-    rmsnorm(q, D, T * NH, D, W.q_norm.data(), eps, q, D);
-    rmsnorm(k, D, T * NKVH, D, W.k_norm.data(), eps, k, D);
-    apply_rope(q, NQ, T, NH, static_cast<int>(D), cos_t, sin_t);
-    apply_rope(k, NKV, T, NKVH, static_cast<int>(D), cos_t, sin_t);
+    const Qwen3LayerWeights& W = layers_[l];
+    qwen3_attention_inputs(W, dims_, x, T, cos_t, sin_t, h, q, k, v);
     blocks_.clear();
     int64_t r0 = 0;
     for (const ForwardEntry& en : batch.entries) {
@@ -274,16 +226,7 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       r0 += n;
     }
     attention_causal(blocks_.data(), static_cast<int>(blocks_.size()), NH, NKVH, static_cast<int>(D), scale);
-    matmul(att, T, W.o, t);
-    add_bias(t, T, H, W.o_bias);
-    add_inplace(x, t, T * H);
-    // MLP sub-block.
-    rmsnorm(x, H, T, H, W.post_norm.data(), eps, h, H);
-    matmul(h, T, W.gate, g);
-    matmul(h, T, W.up, u);
-    silu_mul(g, u, g, T * I);
-    matmul(g, T, W.down, t);
-    add_inplace(x, t, T * H);
+    qwen3_attention_out_mlp(W, dims_, att, T, x, h, g, u, t);
     capture(l);
   }
 

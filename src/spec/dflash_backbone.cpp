@@ -23,20 +23,6 @@
 
 namespace dsinfer {
 
-namespace {
-
-float* grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-void add_bias(float* y, int64_t rows, int64_t n, const std::vector<float>& b) {
-  if (b.empty()) return;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
-}
-
-}  // namespace
 
 DraftBackbone::DraftBackbone(const ModelConfig& cfg, int num_features, int block_size, int window_size,
                              WeightStore& store, const std::string& prefix)
@@ -52,32 +38,14 @@ DraftBackbone::DraftBackbone(const ModelConfig& cfg, int num_features, int block
       eps_(static_cast<float>(cfg.rms_norm_eps)) {
   check(window_size >= 0, "dflash window size: must be >= 0, got " + std::to_string(window_size));
   rope_ = compute_rope_params(cfg.rope, D_, cfg.max_position_embeddings);
-  const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D;
+  const int64_t H = H_;
   fc_ = store.matrix(prefix + "fc.weight", H, int64_t{m_} * H);
   hidden_norm_ = store.vector_f32(prefix + "hidden_norm.weight", H);
   final_norm_ = store.vector_f32(prefix + "norm.weight", H);
+  dims_ = qwen3_layer_dims(cfg);
   layers_.resize(L_);
-  for (int l = 0; l < L_; ++l) {
-    const std::string p = prefix + "layers." + std::to_string(l) + ".";
-    DraftLayer& W = layers_[l];
-    W.q = store.matrix(p + "self_attn.q_proj.weight", NQ, H);
-    W.k = store.matrix(p + "self_attn.k_proj.weight", NK, H);
-    W.v = store.matrix(p + "self_attn.v_proj.weight", NK, H);
-    W.o = store.matrix(p + "self_attn.o_proj.weight", H, NQ);
-    W.gate = store.matrix(p + "mlp.gate_proj.weight", I, H);
-    W.up = store.matrix(p + "mlp.up_proj.weight", I, H);
-    W.down = store.matrix(p + "mlp.down_proj.weight", H, I);
-    if (cfg.attention_bias) {
-      W.q_bias = store.vector_f32(p + "self_attn.q_proj.bias", NQ);
-      W.k_bias = store.vector_f32(p + "self_attn.k_proj.bias", NK);
-      W.v_bias = store.vector_f32(p + "self_attn.v_proj.bias", NK);
-      W.o_bias = store.vector_f32(p + "self_attn.o_proj.bias", H);
-    }
-    W.q_norm = store.vector_f32(p + "self_attn.q_norm.weight", D);
-    W.k_norm = store.vector_f32(p + "self_attn.k_norm.weight", D);
-    W.in_norm = store.vector_f32(p + "input_layernorm.weight", H);
-    W.post_norm = store.vector_f32(p + "post_attention_layernorm.weight", H);
-  }
+  for (int l = 0; l < L_; ++l)
+    layers_[l] = load_qwen3_layer(store, prefix + "layers." + std::to_string(l) + ".", dims_, cfg.attention_bias);
 }
 
 void DraftBackbone::ensure_capacity(DraftContext& s, int rows_needed) const {
@@ -138,7 +106,7 @@ void DraftBackbone::append_context(DraftContext& s, const float* features, int c
   float* v = grow(s.ws_v, C * NK);
   const int row0 = s.length_ - s.store_first_;
   for (int l = 0; l < L_; ++l) {
-    const DraftLayer& W = layers_[l];
+    const Qwen3LayerWeights& W = layers_[l];
     matmul(ctx, C, W.k, k);
     matmul(ctx, C, W.v, v);
     add_bias(k, C, NK, W.k_bias);
@@ -182,18 +150,8 @@ void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out)
   const bool avx2 = isa_level() >= IsaLevel::Avx2;
   const int group = NH_ / NKV_;
   for (int l = 0; l < L_; ++l) {
-    const DraftLayer& W = layers_[l];
-    rmsnorm(x, H, B, H, W.in_norm.data(), eps_, h, H);
-    matmul(h, B, W.q, q);
-    matmul(h, B, W.k, k);
-    matmul(h, B, W.v, v);
-    add_bias(q, B, NQ, W.q_bias);
-    add_bias(k, B, NK, W.k_bias);
-    add_bias(v, B, NK, W.v_bias);
-    rmsnorm(q, D, B * NH_, D, W.q_norm.data(), eps_, q, D);
-    rmsnorm(k, D, B * NKV_, D, W.k_norm.data(), eps_, k, D);
-    apply_rope(q, NQ, B, NH_, D_, cos_t, sin_t);
-    apply_rope(k, NK, B, NKV_, D_, cos_t, sin_t);
+    const Qwen3LayerWeights& W = layers_[l];
+    qwen3_attention_inputs(W, dims_, x, B, cos_t, sin_t, h, q, k, v);
     float* kc = s.k_[l].data();
     float* vc = s.v_[l].data();
     for (int i = 0; i < bs_; ++i)
@@ -218,15 +176,7 @@ void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out)
         else attend_row_scalar(qi, kg, vg, n_keys, D_, scale, scores.data(), o);
       }
     });
-    matmul(att, B, W.o, t);
-    add_bias(t, B, H, W.o_bias);
-    for (int64_t j = 0; j < B * H; ++j) x[j] += t[j];
-    rmsnorm(x, H, B, H, W.post_norm.data(), eps_, h, H);
-    matmul(h, B, W.gate, g);
-    matmul(h, B, W.up, u);
-    silu_mul(g, u, g, B * I);
-    matmul(g, B, W.down, t);
-    for (int64_t j = 0; j < B * H; ++j) x[j] += t[j];
+    qwen3_attention_out_mlp(W, dims_, att, B, x, h, g, u, t);
   }
   rmsnorm(x, H, B, H, final_norm_.data(), eps_, out, H);
 }

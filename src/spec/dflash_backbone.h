@@ -23,6 +23,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
+#include "model/qwen3_layer.h"
 #include "model/rope_params.h"
 #include "spec/drafter.h"
 
@@ -53,11 +54,6 @@ class DraftContext final : public DraftSequence {
   std::vector<int32_t> ws_pos;
 };
 
-struct DraftLayer {
-  WeightView q, k, v, o, gate, up, down;
-  std::vector<float> q_bias, k_bias, v_bias, o_bias;
-  std::vector<float> q_norm, k_norm, in_norm, post_norm;
-};
 
 class DraftBackbone {
  public:
@@ -88,7 +84,8 @@ class DraftBackbone {
   RopeParams rope_;
   WeightView fc_{};
   std::vector<float> hidden_norm_, final_norm_;
-  std::vector<DraftLayer> layers_;
+  Qwen3LayerDims dims_;
+  std::vector<Qwen3LayerWeights> layers_;
 };
 
 // What debug-dflash prints for one propose call over the whole block. n = predicted
