@@ -57,6 +57,28 @@ struct TinySpec {
 // Weights as the model sees them (after the on-disk dtype rounding), by HF name.
 using WeightMap = std::map<std::string, std::vector<float>>;
 
+// Random N(mean, std) tensors recorded in creation order, so the safetensors file a test
+// writes and the reference it computes agree on names, shapes and values.
+struct RandomTensors {
+  explicit RandomTensors(uint32_t seed) : rng(seed) {}
+  std::mt19937 rng;
+  std::normal_distribution<float> nd{0.0f, 1.0f};
+  WeightMap w;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> order;
+  void mat(const std::string& name, int64_t rows, int64_t cols, float std) {
+    std::vector<float> v(rows * cols);
+    for (auto& x : v) x = std * nd(rng);
+    w[name] = v;
+    order.push_back({name, {rows, cols}});
+  }
+  void vec(const std::string& name, int64_t n, float mean, float std) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = mean + std * nd(rng);
+    w[name] = v;
+    order.push_back({name, {n}});
+  }
+};
+
 inline nlohmann::json tiny_config_json(const TinySpec& s) {
   nlohmann::json c = {{"architectures", {"Qwen3ForCausalLM"}},
                       {"model_type", "qwen3"},
@@ -84,22 +106,11 @@ inline nlohmann::json tiny_config_json(const TinySpec& s) {
 // Writes DIR/config.json and DIR/model.safetensors; returns the weights for the reference.
 inline WeightMap write_tiny_model(const std::string& dir, const TinySpec& s) {
   write_text(dir + "/config.json", tiny_config_json(s).dump(2));
-  std::mt19937 rng(s.seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  WeightMap w;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> order;
-  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
-    std::vector<float> v(rows * cols);
-    for (auto& x : v) x = std * nd(rng);
-    w[name] = v;
-    order.push_back({name, {rows, cols}});
-  };
-  auto vec = [&](const std::string& name, int64_t n, float mean, float std) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = mean + std * nd(rng);
-    w[name] = v;
-    order.push_back({name, {n}});
-  };
+  RandomTensors rt(s.seed);
+  auto& w = rt.w;
+  auto& order = rt.order;
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, float std) { rt.mat(name, rows, cols, std); };
+  auto vec = [&](const std::string& name, int64_t n, float mean, float std) { rt.vec(name, n, mean, std); };
   const int H = s.hidden, D = s.head_dim;
   mat("model.embed_tokens.weight", s.vocab, H, s.tied ? 0.3f : 1.0f);
   for (int l = 0; l < s.layers; ++l) {

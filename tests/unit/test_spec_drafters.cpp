@@ -98,22 +98,11 @@ nlohmann::json draft_config(const DraftSpec& s) {
 // Writes DIR/config.json + DIR/model.safetensors; returns the weights (unprefixed names).
 WeightMap write_draft(const std::string& dir, const DraftSpec& s) {
   write_text(dir + "/config.json", draft_config(s).dump(2));
-  std::mt19937 rng(s.seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  WeightMap w;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> order;
-  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, float std) {
-    std::vector<float> v(rows * cols);
-    for (auto& x : v) x = std * nd(rng);
-    w[name] = v;
-    order.push_back({name, {rows, cols}});
-  };
-  auto vec = [&](const std::string& name, int64_t n, float mean, float std) {
-    std::vector<float> v(n);
-    for (auto& x : v) x = mean + std * nd(rng);
-    w[name] = v;
-    order.push_back({name, {n}});
-  };
+  RandomTensors rt(s.seed);
+  auto& w = rt.w;
+  auto& order = rt.order;
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols, float std) { rt.mat(name, rows, cols, std); };
+  auto vec = [&](const std::string& name, int64_t n, float mean, float std) { rt.vec(name, n, mean, std); };
   const int H = s.hidden, D = s.head_dim, m = static_cast<int>(s.ids.size()), r = s.markov_rank;
   auto isq = [](int n) { return 1.0f / std::sqrt(float(n)); };
   if (!s.zlab) mat("embed_tokens.weight", s.vocab, H, 1.0f);
