@@ -1,8 +1,9 @@
 // dsinfer bench: matmul kernels and the memory-bandwidth roofline (Google Benchmark).
 //
 // BM_Membw/T        streaming read bandwidth with T threads (membw.h), counter GB/s.
-// BM_Matmul/R/C/M/T/cold
-//                   y[M, R] = x[M, C] · Wᵀ with BF16 W [R, C] on a private T-thread pool.
+// BM_Matmul/R/C/M/T/cold/prec
+//                   y[M, R] = x[M, C] · Wᵀ with BF16 W [R, C] on a private T-thread pool,
+//                   prec = 0: MatmulPrecision::F32, 1: Bf16Dot (matmul.h).
 //                   Counter W_GB/s = weight bytes / time, the figure to hold against
 //                   BM_Membw: decode (M = 1) streams W once per token. cold = 1 rotates
 //                   through enough copies of W (>= 512 MiB) that every call reads W from
@@ -18,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -51,6 +53,7 @@ void BM_Matmul(benchmark::State& st) {
   const int64_t rows = st.range(0), cols = st.range(1), m = st.range(2);
   const int threads = static_cast<int>(st.range(3));
   const bool cold = st.range(4) != 0;
+  const MatmulPrecision prec = st.range(5) != 0 ? MatmulPrecision::Bf16Dot : MatmulPrecision::F32;
   const size_t bytes = static_cast<size_t>(rows * cols) * 2;
   const size_t copies = cold ? std::max<size_t>(1, ((size_t{512} << 20) + bytes - 1) / bytes) : 1;
   std::mt19937 rng(1);
@@ -65,6 +68,8 @@ void BM_Matmul(benchmark::State& st) {
   std::vector<float> y(static_cast<size_t>(m * rows));
   ThreadPool& pool = pool_for(threads);
   size_t c = 0;
+  const MatmulPrecision saved = matmul_precision();
+  set_matmul_precision(prec);
   for (auto _ : st) {
     WeightView v{w.data() + c * rows * cols, DType::BF16, rows, cols};
     matmul(x.data(), m, v, y.data(), &pool);
@@ -72,6 +77,7 @@ void BM_Matmul(benchmark::State& st) {
     benchmark::ClobberMemory();
     c = (c + 1) % copies;
   }
+  set_matmul_precision(saved);
   // Rates in units of 1e9 per second.
   st.counters["W_GB/s"] =
       benchmark::Counter(static_cast<double>(bytes) / 1e9, benchmark::Counter::kIsIterationInvariantRate);
@@ -80,17 +86,21 @@ void BM_Matmul(benchmark::State& st) {
 }
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"rows", "cols", "m", "thr", "cold"});
-  for (int thr : {1, 2}) {
-    // Decode: the shapes of Qwen3-0.6B (down_proj, gate/up_proj, lm_head), DRAM-cold.
-    b->Args({1024, 3072, 1, thr, 1});
-    b->Args({3072, 1024, 1, thr, 1});
-    b->Args({151936, 1024, 1, thr, 1});
-    // Batch ratios: m = 1, 8, 64 for 1024x1024 and 3072x1024, hot and cold.
-    for (int64_t rows : {1024, 3072})
-      for (int cold : {0, 1})
-        for (int64_t m : {1, 2, 4, 8, 16, 64}) b->Args({rows, 1024, m, thr, cold});
-  }
+  b->ArgNames({"rows", "cols", "m", "thr", "cold", "prec"});
+  for (int thr : {1, 2})
+    for (int prec : {0, 1}) {
+      // Decode: the shapes of Qwen3-0.6B (down_proj, gate/up_proj, lm_head), DRAM-cold.
+      b->Args({1024, 3072, 1, thr, 1, prec});
+      b->Args({3072, 1024, 1, thr, 1, prec});
+      b->Args({151936, 1024, 1, thr, 1, prec});
+      // Batch ratios: m = 1, 8, 64 for 1024x1024 and 3072x1024, hot and cold.
+      for (int64_t rows : {1024, 3072})
+        for (int cold : {0, 1})
+          for (int64_t m : {1, 2, 4, 8, 16, 64}) b->Args({rows, 1024, m, thr, cold, prec});
+      // The embedded 12M target (H = 320, I = 896, V = 8192): cache-hot, verify-block sizes.
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{896, 320}, {320, 896}, {8192, 320}})
+        for (int64_t m : {1, 8, 9, 64}) b->Args({rows, cols, m, thr, 0, prec});
+    }
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime()
     ->ComputeStatistics("min", vmin)->ComputeStatistics("max", vmax);
