@@ -7,6 +7,7 @@
 // usage, timings, spec) goes to stdout instead. --log-dflash-details writes one JSON line
 // per speculative round.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -22,10 +23,12 @@
 #include "core/thread_pool.h"
 #include "engine/generator.h"
 #include "engine/speculative.h"
+#include "engine/sps_profile.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/drafter_loader.h"
 #include "spec/ngram_drafter.h"
+#include "spec/prefix_scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
@@ -59,12 +62,29 @@ struct GenerateArgs {
   int ngram_max = 0, ngram_min = 0;  // 0: unset (defaults 3 and 1)
   int window_size = -1;              // -1: unset; 0 = unlimited draft context
   float validation_threshold = -1;   // -1: unset
+  std::string spec_schedule;         // "": the method's default (see resolve_schedule)
+  std::string sps_table_path;        // --sps-table: a fixed SPS(B) table instead of profiling
 };
+
+// What the speculation options point at; lives as long as the run.
+struct SpecResources {
+  std::optional<Calibration> calibration;
+  std::optional<SpsTable> sps;
+};
+
+// --spec-schedule default: `dspark` for a DSpark drafter (unless a validation threshold was
+// given: then `threshold`, the static policy), `fixed` otherwise.
+std::string resolve_schedule(const GenerateArgs& a, const std::string& method, const Drafter* d) {
+  if (!a.spec_schedule.empty()) return a.spec_schedule;
+  if (a.validation_threshold >= 0) return "threshold";
+  if (d && d->info().confidence_head && (method == "dspark" || method.empty())) return "dspark";
+  return "fixed";
+}
 
 // Builds the drafter --spec asks for; null for plain decoding. Fills opts' draft caps.
 std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& method, Model& target,
-                                      std::optional<Calibration>& calibration,
-                                      SpecOptions& opts) {
+                                      SpecResources& res, SpecOptions& opts) {
+  std::optional<Calibration>& calibration = res.calibration;
   const bool ngram_flags = a.ngram_max > 0 || a.ngram_min > 0;
   if (ngram_flags && method != "ngram") throw Error("--ngram-max/--ngram-min: only used with --spec ngram");
   if (method == "none") {
@@ -74,6 +94,9 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs --spec dflash, dspark or ngram");
     if (a.window_size >= 0) throw Error("--dflash-window-size: needs --spec dflash or dspark");
     if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: needs --spec dspark");
+    if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
+      throw Error("--spec-schedule " + a.spec_schedule + ": needs --spec dspark (plain decoding verifies nothing)");
+    if (!a.sps_table_path.empty()) throw Error("--sps-table: needs --spec dspark");
     return nullptr;
   }
   if (a.max_reuse_depth >= 0) opts.max_reuse_depth = a.max_reuse_depth;
@@ -81,6 +104,9 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (!a.draft_model_path.empty()) throw Error("--draft-model-path: not used by --spec ngram (it has no weights)");
     if (a.window_size >= 0) throw Error("--dflash-window-size: not used by --spec ngram (it has no draft context cache)");
     if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: not used by --spec ngram (no confidences)");
+    if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
+      throw Error("--spec-schedule " + a.spec_schedule + ": not used by --spec ngram (no confidences)");
+    if (!a.sps_table_path.empty()) throw Error("--sps-table: not used by --spec ngram");
     NgramOptions no;
     if (a.ngram_max > 0) no.max_ngram = a.ngram_max;
     if (a.ngram_min > 0) no.min_ngram = a.ngram_min;
@@ -101,18 +127,48 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
-  if (a.validation_threshold > 0.0f) {
-    if (!d->info().confidence_head)
-      throw Error("--dflash-validation-threshold: the drafter in " + a.draft_model_path +
-                  " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
-    opts.validation_threshold = a.validation_threshold;
-    calibration = load_calibration(a.draft_model_path);
-    if (calibration) {
-      opts.calibration = &*calibration;
+  const std::string schedule = resolve_schedule(a, method, d.get());
+  if (schedule == "fixed") {
+    if (a.validation_threshold > 0.0f)
+      throw Error("--dflash-validation-threshold: not used by --spec-schedule fixed (it verifies the full block)");
+    if (!a.sps_table_path.empty()) throw Error("--sps-table: only used by --spec-schedule dspark");
+    return d;
+  }
+  if (!d->info().confidence_head)
+    throw Error((a.validation_threshold > 0.0f ? std::string("--dflash-validation-threshold") : "--spec-schedule " + schedule) +
+                ": the drafter in " + a.draft_model_path +
+                " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
+  if (schedule == "threshold" && a.validation_threshold <= 0.0f)
+    throw Error("--spec-schedule threshold: needs --dflash-validation-threshold T in (0, 1]");
+  if (schedule == "threshold" && !a.sps_table_path.empty()) throw Error("--sps-table: only used by --spec-schedule dspark");
+  if (a.validation_threshold > 0.0f) opts.validation_threshold = a.validation_threshold;  // dspark: a floor
+  calibration = load_calibration(a.draft_model_path);
+  if (calibration) {
+    opts.calibration = &*calibration;
+  } else {
+    std::fprintf(stderr, "warning: %s has no calibration.json: scheduling on raw confidences (run dsinfer calibrate)\n",
+                 a.draft_model_path.c_str());
+  }
+  if (schedule == "dspark") {
+    // SPS(B) for B up to the largest verify (anchor + drafts), profiled for this target +
+    // drafter on this machine at start-up and cached (sps_profile.h), or read from --sps-table.
+    int n = opts.max_draft_tokens >= 0 ? std::min(opts.max_draft_tokens, d->info().max_draft_tokens)
+                                       : d->info().max_draft_tokens;
+    if (opts.max_reuse_depth >= 0) n = std::min(n, opts.max_reuse_depth);
+    if (!a.sps_table_path.empty()) {
+      res.sps = read_sps_table(a.sps_table_path);
     } else {
-      std::fprintf(stderr, "warning: %s has no calibration.json: thresholding raw confidences (run dsinfer calibrate)\n",
-                   a.draft_model_path.c_str());
+      SpsProfileOptions po;
+      po.max_batch_tokens = std::max(n, 0) + 1;
+      const std::string hash = sps_model_hash(a.model_path, a.draft_model_path);
+      const std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
+      bool profiled = false;
+      res.sps = load_or_profile_sps(target, d.get(), hash, machine, default_sps_cache_path(hash), po, &profiled);
+      if (profiled)
+        std::fprintf(stderr, "spec-schedule dspark: profiled SPS(B) for B = 1..%d (cached for the next run)\n",
+                     po.max_batch_tokens);
     }
+    opts.sps = &*res.sps;
   }
   return d;
 }
@@ -187,8 +243,8 @@ int run_generate(const GenerateArgs& a) {
   std::string method = a.spec;
   if (method.empty() && a.draft_model_path.empty()) method = "none";
   SpecOptions spec_opts;
-  std::optional<Calibration> calibration;  // read by spec_opts.calibration during the run
-  std::unique_ptr<Drafter> drafter = make_drafter(a, method, *model, calibration, spec_opts);
+  SpecResources resources;  // read by spec_opts.calibration / .sps during the run
+  std::unique_ptr<Drafter> drafter = make_drafter(a, method, *model, resources, spec_opts);
   spec_opts.drafter = drafter.get();
   if (method.empty() && drafter) method = drafter->info().kind;
   std::ofstream details;
@@ -296,6 +352,12 @@ Runner register_generate(CLI::App& app) {
   sub->add_option("--dflash-validation-threshold", a->validation_threshold,
                   "Verify only drafts whose calibrated prefix survival probability stays >= this (0 = off)")
       ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--spec-schedule", a->spec_schedule,
+                  "How many drafts each round verifies: fixed (all), threshold (--dflash-validation-threshold), "
+                  "dspark (prefix scheduler on calibrated confidences and the profiled SPS(B) curve; default for DSpark)")
+      ->check(CLI::IsMember({"fixed", "threshold", "dspark"}));
+  sub->add_option("--sps-table", a->sps_table_path,
+                  "dspark schedule: read SPS(B) from this JSON table instead of profiling at start-up");
   sub->add_option("--log-dflash-details", a->details_path, "Write one JSON line per speculative round to FILE");
   sub->add_option("--ngram-max", a->ngram_max, "ngram: longest suffix looked up (default 3)")->check(CLI::Range(1, 64));
   sub->add_option("--ngram-min", a->ngram_min, "ngram: shortest suffix looked up (default 1)")->check(CLI::Range(1, 64));

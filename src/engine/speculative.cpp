@@ -1,10 +1,6 @@
 // dsinfer engine: the speculative round driver (see speculative.h).
 #include "engine/speculative.h"
 
-#include <cmath>
-
-#include "spec/calibration.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +8,8 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "spec/calibration.h"
+#include "spec/prefix_scheduler.h"
 #include "spec/verify.h"
 
 namespace dsinfer {
@@ -141,13 +139,20 @@ SpecRound& SpecDecoder::round(int max_new) {
     throw Error("drafter '" + opts_.drafter->info().kind + "' proposed " + std::to_string(prop.tokens.size()) +
                 " tokens, more than the " + std::to_string(n_max) + " asked for");
   r.drafted = static_cast<int>(prop.tokens.size());
-  if (opts_.validation_threshold > 0.0f && !prop.tokens.empty()) {
+  if ((opts_.validation_threshold > 0.0f || opts_.sps) && !prop.tokens.empty()) {
     if (prop.confidence_logits.size() != prop.tokens.size())
-      throw Error("--dflash-validation-threshold: drafter '" + opts_.drafter->info().kind + "' has no confidence head");
+      throw Error(std::string(opts_.sps ? "--spec-schedule dspark" : "--dflash-validation-threshold") + ": drafter '" +
+                  opts_.drafter->info().kind + "' has no confidence head");
     // Without calibration.json every T_k is 1: the raw cumulative product of sigmoids.
     const std::vector<float> survival =
         calibrated_survival(opts_.calibration ? *opts_.calibration : Calibration{}, prop.confidence_logits);
-    const int keep = static_threshold_length(survival, opts_.validation_threshold, static_cast<int>(prop.tokens.size()));
+    int keep = static_cast<int>(prop.tokens.size());
+    if (opts_.validation_threshold > 0.0f) keep = static_threshold_length(survival, opts_.validation_threshold, keep);
+    if (opts_.sps && keep > 0) {
+      ScheduleCaps caps;
+      caps.per_request.push_back(RequestCaps{keep, -1, -1});
+      keep = schedule_greedy({survival}, *opts_.sps, caps).lengths[0];
+    }
     prop.tokens.resize(static_cast<size_t>(keep));
     if (!prop.q.empty()) prop.q.resize(static_cast<size_t>(keep) * (prop.q.size() / static_cast<size_t>(r.drafted)));
     prop.confidence.resize(std::min(prop.confidence.size(), static_cast<size_t>(keep)));

@@ -10,6 +10,8 @@
 //   round (max_new = tokens the caller may still emit, >= 1):
 //     1. flush the queued commit_context (prompt, or last round's anchor + accepted drafts);
 //     2. propose n <= min(max drafts, max reuse depth, max_new - 1) drafts after the anchor;
+//        keep the prefix the validation threshold and/or the DSpark scheduler choose (both
+//        read only confidences of earlier drafts: non-anticipating, so still lossless);
 //     3. one Model::forward over [anchor, d_1..d_n] at positions start..start+n, logits for
 //        all n+1 rows, capturing the same layers;
 //     4. verify_drafts (spec/verify.h) -> acc accepted drafts + next token (correction or
@@ -34,6 +36,7 @@ namespace dsinfer {
 class KVCache;
 class Model;
 struct Calibration;
+class SpsTable;
 
 // What happened in one round (also what --log-dflash-details writes, one JSON line each).
 struct SpecRound {
@@ -77,6 +80,11 @@ struct SpecOptions {
   // d_k is verified depends on z_1..z_k only, which depend on d_1..d_{k-1}; lossless.
   float validation_threshold = 0.0f;
   const Calibration* calibration = nullptr;
+  // --spec-schedule dspark: the DSpark hardware-aware prefix scheduler (prefix_scheduler.h,
+  // Algorithm 1 with R = 1) picks how many of the (threshold-pruned) drafts to verify so
+  // that expected committed tokens × SPS(1 + ℓ) is maximal. SPS comes from sps_profile.h.
+  // Needs a drafter with a confidence head; null: verify every (remaining) draft.
+  const SpsTable* sps = nullptr;
   std::function<void(const SpecRound&)> on_round;  // called after each round is emitted
 };
 

@@ -24,6 +24,7 @@
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
+#include "spec/prefix_scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace dsinfer;
@@ -61,13 +62,15 @@ Shipped& shipped() {
 bool have(const std::string& sub) { return std::filesystem::exists(kRoot + "/" + sub + "/model.safetensors"); }
 
 // Runs every prompt with `drafter`; checks ids == plain; returns the mean τ over prompts.
-double lossless_tau(const Drafter& drafter, const Calibration* cal, float threshold) {
+double lossless_tau(const Drafter& drafter, const Calibration* cal, float threshold, const SpsTable* sps = nullptr,
+                    double* mean_verify = nullptr) {
   Shipped& s = shipped();
   EXPECT_EQ(static_cast<int>(s.prompts.size()), kPrompts);
   SpecOptions so;
   so.drafter = &drafter;
   so.calibration = cal;
   so.validation_threshold = threshold;
+  so.sps = sps;
   StopConditions stop;
   stop.max_tokens = kNewTokens;
   double tau_sum = 0;
@@ -76,6 +79,11 @@ double lossless_tau(const Drafter& drafter, const Calibration* cal, float thresh
     EXPECT_EQ(spec.ids, s.plain[i].ids) << "prompt " << i;
     EXPECT_EQ(spec.text, s.plain[i].text) << "prompt " << i;
     tau_sum += spec.spec.tau();
+    if (mean_verify) {
+      int64_t v = 0;
+      for (auto p : spec.spec.proposed) v += p;
+      *mean_verify += static_cast<double>(v) / spec.spec.rounds / static_cast<double>(s.prompts.size());
+    }
   }
   return tau_sum / static_cast<double>(s.prompts.size());
 }
@@ -120,4 +128,16 @@ TEST(ShippedDrafters, DSparkIsLosslessAndAboveItsTauFloor) {
   std::printf("DSpark (threshold 0.3) mean tau %.3f\n", tau_thr);
   EXPECT_LE(tau_thr, g_tau_dspark + 1e-9);
   EXPECT_GT(tau_thr, 3.0);
+
+  // The DSpark prefix scheduler (Algorithm 1, R = 1) on a fixed SPS(B) curve shaped like
+  // this CPU's (step time affine in B, a 9-token verify ~35% slower than a 1-token one):
+  // it verifies fewer drafts than the full block, and the output is still plain greedy.
+  std::vector<SpsPoint> pts;
+  for (int b = 1; b <= 9; ++b) pts.push_back({b, 1000.0 / (2.8 + 0.12 * b)});
+  const SpsTable sps(pts);
+  double verified = 0;
+  const double tau_sched = lossless_tau(*d, &*cal, 0.0f, &sps, &verified);
+  std::printf("DSpark (dspark schedule) mean tau %.3f, mean drafts verified %.2f\n", tau_sched, verified);
+  EXPECT_LT(verified, 7.9);
+  EXPECT_GT(tau_sched, 3.0);
 }

@@ -1,0 +1,144 @@
+// dsinfer engine: SPS(B) profiling and its on-disk cache (see sps_profile.h).
+#include "engine/sps_profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_features.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "spec/calibration.h"
+#include "spec/drafter.h"
+
+namespace dsinfer {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+template <class F>
+double time_ms(int repeats, F&& f) {
+  f();  // warm-up: first-touch of buffers, caches
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    auto t0 = Clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  }
+  return median(std::move(t));
+}
+
+}  // namespace
+
+SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts) {
+  if (opts.max_batch_tokens < 1 || opts.context < 1 || opts.repeats < 1)
+    throw Error("sps profile: max_batch_tokens, context and repeats must be >= 1");
+  const int vocab = target.config().vocab_size;
+  std::vector<int> capture;
+  if (drafter) capture = drafter->info().target_layer_ids;
+  auto kv = target.make_kv_cache(1, opts.context + opts.max_batch_tokens + 1);
+  // A deterministic context: token ids spread over the vocabulary (content does not change
+  // the cost of a dense forward).
+  ForwardBatch pre;
+  pre.capture_layers = capture;
+  pre.entries.resize(1);
+  for (int i = 0; i < opts.context; ++i) pre.entries[0].tokens.push_back(static_cast<int32_t>((i * 7919L + 13) % vocab));
+  pre.entries[0].logit_rows = {opts.context - 1};
+  ForwardOutput out;
+  target.forward(*kv, pre, out);
+
+  double draft_ms = 0.0;
+  if (drafter && drafter->info().max_draft_tokens > 0) {
+    auto seq = drafter->start();
+    drafter->commit_context(*seq, pre.entries[0].tokens.data(), capture.empty() ? nullptr : out.captured.data(),
+                            opts.context);
+    SamplingParams greedy;
+    Rng rng(1);
+    const int n = drafter->info().max_draft_tokens;
+    draft_ms = time_ms(opts.repeats, [&] { drafter->propose(*seq, 42 % vocab, n, greedy, rng); });
+  }
+
+  std::vector<SpsPoint> points;
+  for (int b = 1; b <= opts.max_batch_tokens; ++b) {
+    ForwardBatch step;
+    step.capture_layers = capture;
+    step.entries.resize(1);
+    for (int i = 0; i < b; ++i) {
+      step.entries[0].tokens.push_back(static_cast<int32_t>((i * 104729L + 7) % vocab));
+      step.entries[0].logit_rows.push_back(i);
+    }
+    ForwardOutput o;
+    const double verify_ms = time_ms(opts.repeats, [&] {
+      target.forward(*kv, step, o);
+      kv->truncate(0, opts.context);
+    });
+    points.push_back({b, 1000.0 / (draft_ms + verify_ms)});
+  }
+  return SpsTable(std::move(points));
+}
+
+std::string default_sps_cache_path(const std::string& model_hash) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (const char* d = std::getenv("DSINFER_CACHE_DIR"); d && *d) dir = d;
+  else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) dir = fs::path(x) / "dsinfer";
+  else if (const char* h = std::getenv("HOME"); h && *h) dir = fs::path(h) / ".cache" / "dsinfer";
+  else return "";
+  // FNV-1a of the whole identity string: a short, stable file name per target + drafter pair.
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : model_hash) h = (h ^ c) * 1099511628211ull;
+  char key[17];
+  std::snprintf(key, sizeof key, "%016llx", static_cast<unsigned long long>(h));
+  return (dir / ("sps-" + std::string(key) + ".json")).string();
+}
+
+std::string sps_model_hash(const std::string& target_dir, const std::string& draft_dir) {
+  // drafter_fingerprint hashes config.json and the safetensors names + sizes of a directory;
+  // it works for the target directory as well.
+  std::string h = "target " + drafter_fingerprint(target_dir);
+  if (!draft_dir.empty()) h += " drafter " + drafter_fingerprint(draft_dir);
+  return h;
+}
+
+std::string sps_machine_string(int threads, const SpsProfileOptions& opts) {
+  const CpuFeatures& f = cpu_features();
+  return f.model_name + " | isa " + isa_level_name(isa_level()) + " | threads " + std::to_string(threads) +
+         " | context " + std::to_string(opts.context) + " | B<=" + std::to_string(opts.max_batch_tokens);
+}
+
+SpsTable load_or_profile_sps(Model& target, const Drafter* drafter, const std::string& model_hash,
+                             const std::string& machine, const std::string& path, const SpsProfileOptions& opts,
+                             bool* profiled) {
+  if (!path.empty()) {
+    if (auto cached = load_sps_cache(path, model_hash, machine);
+        cached && cached->max_batch_tokens() >= opts.max_batch_tokens) {
+      if (profiled) *profiled = false;
+      return *cached;
+    }
+  }
+  SpsTable t = profile_sps(target, drafter, opts);
+  SpsTable keyed(t.points(), model_hash, machine);
+  if (profiled) *profiled = true;
+  if (!path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    try {
+      write_sps_table(path, keyed);
+    } catch (const Error&) {
+      // A read-only cache directory only costs a re-profile next time.
+    }
+  }
+  return keyed;
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,49 @@
+// dsinfer engine: measures the SPS(B) curve the DSpark prefix scheduler needs (steps per
+// second of one speculative step whose verify forward holds B tokens) for the loaded target
+// + drafter on this machine, and caches it on disk.
+//
+// Data flow: profile_sps builds a deterministic dummy context of `context` tokens, prefills it
+// (capturing the drafter's layers), commits it to a draft sequence, then times
+//   t_draft   = one drafter proposal of the full block at that context (median of reps)
+//   t_verify(B) = one target forward of B tokens appended at that context, logits for every
+//                 row, the drafter's layers captured, rolled back after (median of reps)
+// for B = 1..max_batch_tokens, and returns SPS(B) = 1 / (t_draft + t_verify(B)): at batch 1
+// the draft runs before every verify whatever length the scheduler picks, so it belongs to
+// the step. Without a drafter t_draft = 0.
+// load_or_profile_sps keeps the table in a JSON cache (prefix_scheduler.h's format) keyed by a
+// hash of the target + drafter checkpoints and a machine string (CPU model, ISA, threads,
+// profiled context), re-profiling when either changes.
+#pragma once
+#include <string>
+
+#include "spec/prefix_scheduler.h"
+
+namespace dsinfer {
+
+class Model;
+class Drafter;
+
+struct SpsProfileOptions {
+  int max_batch_tokens = 9;  // B = 1..this (block + anchor at batch 1)
+  int context = 512;         // committed positions before the timed step
+  int repeats = 5;           // timed repetitions per point (median kept), after one warm-up
+};
+
+SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts = {});
+
+// The default cache file for a target/drafter pair: $DSINFER_CACHE_DIR, else
+// $XDG_CACHE_HOME/dsinfer, else $HOME/.cache/dsinfer, + "/sps-<hash>.json". Returns "" when
+// no directory can be determined (then nothing is cached).
+std::string default_sps_cache_path(const std::string& model_hash);
+
+// Identity strings for the cache (see SpsTable::model_hash / machine).
+std::string sps_model_hash(const std::string& target_dir, const std::string& draft_dir);
+std::string sps_machine_string(int threads, const SpsProfileOptions& opts);
+
+// Reads the cache at `path` when it matches, else profiles and (best effort) writes it.
+// `profiled` reports which happened. path == "" profiles without caching.
+SpsTable load_or_profile_sps(Model& target, const Drafter* drafter, const std::string& model_hash,
+                             const std::string& machine, const std::string& path, const SpsProfileOptions& opts,
+                             bool* profiled = nullptr);
+
+}  // namespace dsinfer
