@@ -2,9 +2,9 @@
 # Device call 2 (GPU machine, <= 10 min): target continuations -> DFlash + DSpark (+ z-lab) drafters.
 #   needs in the working tree: models/embedded/target/ (restored from call 1);
 #   carry: train-data/prompts.npz         returns under $OUT: step2/ (see README.md)
-# Env: TOTAL_S (570), GEN_MIN (2.5), SEED (42), KINDS (dflash,dspark,zlab), TARGET (models/embedded/target).
+# Env: TOTAL_S (575), GEN_MIN (2.5), SEED (42), KINDS (dflash,dspark,zlab), TARGET (models/embedded/target).
 set -euo pipefail
-T0=$(date +%s); TOTAL_S=${TOTAL_S:-570}; SEED=${SEED:-42}; KINDS=${KINDS:-dflash,dspark,zlab}
+T0=$(date +%s); TOTAL_S=${TOTAL_S:-575}; SEED=${SEED:-42}; KINDS=${KINDS:-dflash,dspark,zlab}
 TARGET=${TARGET:-models/embedded/target}
 # The prompts made by step 1 are committed as tools/train/prompts.npz (4.8 MB), so step 2
 # runs from a fresh clone without carrying them.
