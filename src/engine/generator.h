@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/output_stream.h"
 #include "engine/speculative.h"
 #include "sampling/sampler.h"
 
@@ -26,12 +27,6 @@ namespace dsinfer {
 
 class Model;
 class Tokenizer;
-
-struct StopConditions {
-  int max_tokens = 256;                  // generated tokens, > 0
-  std::vector<int32_t> stop_ids;         // e.g. the model's eos ids
-  std::vector<std::string> stop_strings; // text never includes the stop string
-};
 
 struct GenerationResult {
   std::vector<int32_t> ids;   // generated ids (the token completing a stop string included)
@@ -43,29 +38,10 @@ struct GenerationResult {
   SpecStats spec;               // rounds, tau, acceptance per draft position, timings
 };
 
-// Streams text pieces (complete UTF-8) as they become final. tok may be null (no text).
-using TextCallback = std::function<void(std::string_view)>;
-
+// tok may be null (no text).
 GenerationResult generate(Model& model, const Tokenizer* tok, const std::vector<int32_t>& prompt,
                           const SamplingParams& sampling, const StopConditions& stop,
                           const TextCallback& on_text = {}, const SpecOptions& spec = {});
 
-// Incremental stop-string matcher: feed text pieces, get back the text that is safe to
-// emit (cannot be the start of a stop string) and whether a stop string completed.
-class StopStringMatcher {
- public:
-  explicit StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Appends `piece`; returns the newly safe text. Sets stopped() once a stop string is
-  // seen; text from its first byte on is dropped.
-  std::string feed(std::string_view piece);
-  // Returns the held-back text (no stop string completed) at the end of generation.
-  std::string flush();
-  bool stopped() const { return stopped_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 }  // namespace dsinfer

@@ -1,0 +1,234 @@
+// The batched engine (engine/llm_engine.h) on the shipped models: 64 concurrent requests of
+// random prompt and output lengths give exactly their single-request plain greedy outputs,
+// with plain decoding, with the DSpark drafter under every verify policy and under a small
+// per-step token budget (chunked prefill, slots recycled as requests finish); cancellation
+// frees the request's slot at once; priorities order admission; bad requests are refused
+// with one-line errors naming the parameter.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/llm_engine.h"
+#include "model/model.h"
+#include "spec/calibration.h"
+#include "spec/drafter.h"
+#include "spec/drafter_loader.h"
+#include "spec/prefix_scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace dsinfer;
+
+namespace {
+
+const std::string kRoot = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+
+struct Case {
+  std::vector<int32_t> prompt;
+  int max_tokens = 0;
+  std::vector<int32_t> plain;  // single-request plain greedy output
+};
+
+struct Fixture {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<Drafter> dspark;
+  std::optional<Calibration> cal;
+  std::vector<Case> cases;
+};
+
+Fixture& fixture() {
+  static Fixture f = [] {
+    Fixture r;
+    r.model = load_model(kRoot + "/target");
+    r.tok = Tokenizer::load(kRoot + "/target");
+    if (std::filesystem::exists(kRoot + "/dspark/model.safetensors")) {
+      r.dspark = load_drafter(kRoot + "/dspark", *r.model);
+      r.cal = load_calibration(kRoot + "/dspark");
+    }
+    std::vector<std::string> texts;
+    for (const char* set : {"code", "python", "prose"}) {
+      std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/models/eval/heldout_" + set + ".jsonl");
+      for (std::string line; std::getline(in, line);) texts.push_back(nlohmann::json::parse(line).at("prompt"));
+    }
+    std::mt19937 rng(5);
+    for (int i = 0; i < 64; ++i) {
+      Case c;
+      c.prompt = r.tok->encode(texts[static_cast<size_t>(i) % texts.size()], false);
+      const int len = 4 + static_cast<int>(rng() % 180);
+      if (static_cast<int>(c.prompt.size()) > len) c.prompt.resize(static_cast<size_t>(len));
+      c.max_tokens = 4 + static_cast<int>(rng() % 40);
+      StopConditions stop;
+      stop.max_tokens = c.max_tokens;
+      c.plain = generate(*r.model, nullptr, c.prompt, SamplingParams{}, stop).ids;
+      r.cases.push_back(std::move(c));
+    }
+    return r;
+  }();
+  return f;
+}
+
+bool have_models() { return std::filesystem::exists(kRoot + "/target/model.safetensors"); }
+
+// Submits every case at once, runs the engine to idle, checks each output == plain.
+void expect_lossless(const EngineOptions& opts, const char* what) {
+  Fixture& f = fixture();
+  LLMEngine engine(*f.model, opts);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, std::string> reason;
+  std::map<uint64_t, size_t> case_of;
+  for (size_t i = 0; i < f.cases.size(); ++i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = f.cases[i].max_tokens;
+    req.on_event = [&](const RequestEvent& ev) {
+      auto& v = got[ev.id];
+      v.insert(v.end(), ev.new_ids.begin(), ev.new_ids.end());
+      if (ev.finished) reason[ev.id] = ev.finish_reason;
+    };
+    case_of[engine.submit(std::move(req))] = i;
+  }
+  engine.run_until_idle();
+  ASSERT_EQ(reason.size(), f.cases.size()) << what;
+  for (const auto& [id, i] : case_of) {
+    EXPECT_EQ(got[id], f.cases[i].plain) << what << ": request " << i;
+    EXPECT_EQ(reason[id], "length") << what << ": request " << i;
+  }
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.requests_finished, f.cases.size());
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.waiting, 0);
+  if (opts.drafter) EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
+}
+
+}  // namespace
+
+TEST(LLMEngine, PlainBatchedEqualsSingleRequestGreedy) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  EngineOptions o;
+  o.max_running = 16;
+  o.max_batch_tokens = 256;
+  expect_lossless(o, "plain");
+}
+
+TEST(LLMEngine, SmallTokenBudgetChunksPrefillsAndStaysLossless) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  EngineOptions o;
+  o.max_running = 5;
+  o.max_batch_tokens = 24;  // prompts of up to 183 tokens arrive in chunks
+  expect_lossless(o, "chunked");
+}
+
+TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 16;
+  o.max_batch_tokens = 256;
+  o.drafter = f.dspark.get();
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  expect_lossless(o, "dspark fixed");
+  o.policy = VerifyPolicy::Threshold;
+  o.validation_threshold = 0.3f;
+  expect_lossless(o, "dspark threshold");
+  std::vector<SpsPoint> pts;
+  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
+  const SpsTable sps(pts);
+  o.policy = VerifyPolicy::DSpark;
+  o.validation_threshold = 0.0f;
+  o.sps = &sps;
+  expect_lossless(o, "dspark scheduler");
+}
+
+TEST(LLMEngine, CancelFreesTheSlotAndOthersFinish) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 2;
+  LLMEngine engine(*f.model, o);
+  std::map<uint64_t, std::string> reason;
+  std::map<uint64_t, int> count;
+  auto submit = [&](size_t i, int max_tokens) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = max_tokens;
+    req.on_event = [&](const RequestEvent& ev) {
+      count[ev.id] += static_cast<int>(ev.new_ids.size());
+      if (ev.finished) reason[ev.id] = ev.finish_reason;
+    };
+    return engine.submit(std::move(req));
+  };
+  const uint64_t a = submit(0, 1000 - static_cast<int>(f.cases[0].prompt.size()));
+  const uint64_t b = submit(1, 1000 - static_cast<int>(f.cases[1].prompt.size()));
+  const uint64_t c = submit(2, f.cases[2].max_tokens);  // waits: both slots taken
+  for (int i = 0; i < 6; ++i) engine.step();
+  EXPECT_EQ(engine.stats().running, 2);
+  EXPECT_EQ(engine.stats().waiting, 1);
+  engine.cancel(a);
+  engine.step();  // a ends at the step boundary; c takes its slot
+  EXPECT_EQ(reason[a], "cancelled");
+  EXPECT_EQ(engine.stats().running, 2);
+  engine.cancel(b);
+  engine.run_until_idle();
+  EXPECT_EQ(reason[b], "cancelled");
+  EXPECT_EQ(reason[c], "length");
+  EXPECT_EQ(count[c], f.cases[2].max_tokens);
+  EXPECT_EQ(engine.stats().requests_cancelled, 2u);
+}
+
+TEST(LLMEngine, HigherPriorityIsAdmittedFirst) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 1;
+  LLMEngine engine(*f.model, o);
+  std::vector<uint64_t> order;
+  auto submit = [&](int priority) {
+    EngineRequest req;
+    req.prompt = f.cases[3].prompt;
+    req.stop.max_tokens = 2;
+    req.priority = priority;
+    req.on_event = [&](const RequestEvent& ev) {
+      if (ev.finished) order.push_back(ev.id);
+    };
+    return engine.submit(std::move(req));
+  };
+  const uint64_t low = submit(0), high = submit(5), mid = submit(1);
+  engine.run_until_idle();
+  EXPECT_EQ(order, (std::vector<uint64_t>{high, mid, low}));
+}
+
+TEST(LLMEngine, BadRequestsAreRefusedWithTheParameterNamed) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_model_len = 256;
+  LLMEngine engine(*f.model, o);
+  auto expect_error = [&](EngineRequest req, const std::string& needle) {
+    try {
+      engine.submit(std::move(req));
+      ADD_FAILURE() << "accepted; expected an error containing " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  EngineRequest empty;
+  expect_error(empty, "prompt");
+  EngineRequest oov;
+  oov.prompt = {1, 999999};
+  expect_error(oov, "prompt: token id 999999");
+  EngineRequest longreq;
+  longreq.prompt = {1, 2, 3};
+  longreq.stop.max_tokens = 300;
+  expect_error(longreq, "max_tokens");
+  EngineRequest badtemp;
+  badtemp.prompt = {1};
+  badtemp.sampling.temperature = -1.0f;
+  expect_error(badtemp, "temperature");
+  EXPECT_FALSE(engine.step());  // nothing was queued
+}
