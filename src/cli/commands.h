@@ -19,5 +19,6 @@ Runner register_bench_model(CLI::App& app);
 Runner register_make_random_model(CLI::App& app);
 Runner register_calibrate(CLI::App& app);
 Runner register_debug_dflash(CLI::App& app);
+Runner register_bench_engine(CLI::App& app);
 
 }  // namespace dsinfer::cli

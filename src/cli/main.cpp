@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_make_random_model);
   add(dsinfer::cli::register_calibrate);
   add(dsinfer::cli::register_debug_dflash);
+  add(dsinfer::cli::register_bench_engine);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

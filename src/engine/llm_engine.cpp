@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/sps_profile.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
@@ -239,8 +240,16 @@ bool LLMEngine::step() {
     }
     caps.per_request.push_back(RequestCaps{n, -1, -1});
   }
-  ScheduleResult sched = opts_.policy == VerifyPolicy::DSpark ? schedule_greedy(survivals, *opts_.sps, caps)
-                                                              : fixed_lengths(caps);
+  ScheduleResult sched;
+  if (opts_.policy == VerifyPolicy::DSpark) {
+    if (opts_.draft_ms_per_request > 0.0 && !dec.empty())
+      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, static_cast<int>(dec.size()),
+                                                           opts_.draft_ms_per_request), caps);
+    else
+      sched = schedule_greedy(survivals, *opts_.sps, caps);
+  } else {
+    sched = fixed_lengths(caps);
+  }
   for (size_t r = 0; r < dec.size(); ++r) {
     DraftProposal& p = dec[r]->prop;
     const size_t n0 = p.tokens.size();
@@ -327,6 +336,7 @@ bool LLMEngine::step() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.accepted_draft_tokens += static_cast<uint64_t>(v.accepted);
+        stats_.verify_entries++;
       }
       emit_tokens(s, toks);
       r.committed = static_cast<int>(s.out->ids().size() - before);

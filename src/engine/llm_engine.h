@@ -82,6 +82,9 @@ struct EngineOptions {
   float validation_threshold = 0.0f;      // Threshold policy (and a floor under DSpark)
   const Calibration* calibration = nullptr;
   const SpsTable* sps = nullptr;          // DSpark policy: SPS(B) over the step's batch tokens
+  // DSpark policy: when > 0, `sps` is a verify-only curve and each step's curve becomes
+  // 1 / (R * draft_ms_per_request + t_verify(B)) for its R drafting requests.
+  double draft_ms_per_request = 0.0;
   const Tokenizer* tokenizer = nullptr;   // for text and stop strings (may be null)
 };
 
@@ -90,6 +93,7 @@ struct EngineStats {
   uint64_t requests_finished = 0, requests_cancelled = 0, requests_failed = 0;
   uint64_t prompt_tokens = 0, generated_tokens = 0;
   uint64_t drafted_tokens = 0, verified_draft_tokens = 0, accepted_draft_tokens = 0;
+  uint64_t verify_entries = 0;  // request-steps past prefill (one verify block each)
   int running = 0, waiting = 0;
 };
 

@@ -40,13 +40,17 @@ double time_ms(int repeats, F&& f) {
 
 }  // namespace
 
-SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts) {
+SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts, double* draft_ms_out) {
   if (opts.max_batch_tokens < 1 || opts.context < 1 || opts.repeats < 1)
     throw Error("sps profile: max_batch_tokens, context and repeats must be >= 1");
+  std::vector<int> bs = opts.points;
+  if (bs.empty())
+    for (int b = 1; b <= opts.max_batch_tokens; ++b) bs.push_back(b);
+  const int max_b = *std::max_element(bs.begin(), bs.end());
   const int vocab = target.config().vocab_size;
   std::vector<int> capture;
   if (drafter) capture = drafter->info().target_layer_ids;
-  auto kv = target.make_kv_cache(1, opts.context + opts.max_batch_tokens + 1);
+  auto kv = target.make_kv_cache(1, opts.context + max_b + 1);
   // A deterministic context: token ids spread over the vocabulary (content does not change
   // the cost of a dense forward).
   ForwardBatch pre;
@@ -68,8 +72,10 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
     draft_ms = time_ms(opts.repeats, [&] { drafter->propose(*seq, 42 % vocab, n, greedy, rng); });
   }
 
+  if (draft_ms_out) *draft_ms_out = draft_ms;
+  if (!opts.include_draft) draft_ms = 0.0;
   std::vector<SpsPoint> points;
-  for (int b = 1; b <= opts.max_batch_tokens; ++b) {
+  for (int b : bs) {
     ForwardBatch step;
     step.capture_layers = capture;
     step.entries.resize(1);
@@ -85,6 +91,13 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
     points.push_back({b, 1000.0 / (draft_ms + verify_ms)});
   }
   return SpsTable(std::move(points));
+}
+
+SpsTable sps_with_drafting(const SpsTable& verify_only, int requests, double draft_ms) {
+  std::vector<SpsPoint> pts;
+  for (const SpsPoint& p : verify_only.points())
+    pts.push_back({p.batch_tokens, 1000.0 / (requests * draft_ms + 1000.0 / p.sps)});
+  return SpsTable(std::move(pts));
 }
 
 std::string default_sps_cache_path(const std::string& model_hash) {

@@ -15,6 +15,7 @@
 // profiled context), re-profiling when either changes.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "spec/prefix_scheduler.h"
 
@@ -25,11 +26,19 @@ class Drafter;
 
 struct SpsProfileOptions {
   int max_batch_tokens = 9;  // B = 1..this (block + anchor at batch 1)
+  std::vector<int> points;   // instead: exactly these B (increasing), e.g. powers of two
   int context = 512;         // committed positions before the timed step
   int repeats = 5;           // timed repetitions per point (median kept), after one warm-up
+  bool include_draft = true; // add t_draft to every point (batch 1: one draft per step)
 };
 
-SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts = {});
+// draft_ms (optional): the measured t_draft (0 without a drafter).
+SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts = {},
+                     double* draft_ms = nullptr);
+
+// SPS(B) of a batched step that drafts for `requests` requests (each costing draft_ms) and
+// verifies B tokens: 1 / (requests * draft_ms + t_verify(B)), from a verify-only table.
+SpsTable sps_with_drafting(const SpsTable& verify_only, int requests, double draft_ms);
 
 // The default cache file for a target/drafter pair: $DSINFER_CACHE_DIR, else
 // $XDG_CACHE_HOME/dsinfer, else $HOME/.cache/dsinfer, + "/sps-<hash>.json". Returns "" when

@@ -1,0 +1,249 @@
+// dsinfer CLI: `dsinfer bench-engine` — offline throughput of the in-process batched engine
+// (engine/llm_engine.h) over concurrency levels and verify policies, on real prompts.
+//
+// For each policy (none = plain decoding; fixed / threshold / dspark with the drafter) and
+// each concurrency C: an engine with C KV slots gets N requests at once (N = max(C, 8) ×
+// --rounds-per-slot); it keeps C of them running. Reported per cell: output tokens/s
+// (all generated tokens / wall time), tokens/s per request (mean over requests of
+// generated tokens after the first / time from first to last token), mean τ and the
+// policy's drafts verified per request-step. The dspark policy gets SPS(B) profiled at
+// start-up (verify-only curve at B = 1, 2, 4, ..., plus the measured per-request draft
+// time; sps_profile.h). Prints a Markdown table (or --json).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/llm_engine.h"
+#include "engine/sps_profile.h"
+#include "model/model.h"
+#include "spec/calibration.h"
+#include "spec/drafter.h"
+#include "spec/drafter_loader.h"
+#include "spec/prefix_scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsinfer::cli {
+
+namespace {
+
+struct BenchEngineArgs {
+  std::string model_path, draft_model_path, prompts_path;
+  std::string concurrency = "1,4,16,64,128";
+  std::string policies = "none,fixed,threshold,dspark";
+  int max_tokens = 64, prompt_tokens = 256, rounds_per_slot = 2, threads = 0;
+  float threshold = 0.3f;
+  bool json = false;
+};
+
+std::vector<int> parse_int_list(const std::string& s, const char* flag) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      size_t used = 0;
+      int x = std::stoi(item, &used);
+      if (used != item.size() || x < 1) throw std::invalid_argument("");
+      v.push_back(x);
+    } catch (const std::exception&) {
+      throw Error(std::string(flag) + ": '" + item + "' is not a positive integer");
+    }
+  }
+  if (v.empty()) throw Error(std::string(flag) + ": empty list");
+  return v;
+}
+
+struct Cell {
+  std::string policy;
+  int concurrency = 0, requests = 0;
+  double seconds = 0, out_tok_s = 0, per_request_tok_s = 0, tau = 0, verified_per_step = 0;
+  uint64_t tokens = 0;
+};
+
+int run_bench_engine(const BenchEngineArgs& a) {
+  if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  const std::vector<int> levels = parse_int_list(a.concurrency, "--concurrency");
+  std::vector<std::string> policies;
+  {
+    std::stringstream ss(a.policies);
+    for (std::string p; std::getline(ss, p, ',');) {
+      if (p != "none" && p != "fixed" && p != "threshold" && p != "dspark")
+        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark)");
+      policies.push_back(p);
+    }
+  }
+  auto model = load_model(a.model_path);
+  auto tok = Tokenizer::load(a.model_path);
+  std::unique_ptr<Drafter> drafter;
+  std::optional<Calibration> cal;
+  const bool needs_drafter = std::any_of(policies.begin(), policies.end(), [](auto& p) { return p != "none"; });
+  if (needs_drafter) {
+    if (a.draft_model_path.empty()) throw Error("--draft-model-path: needed by the policies other than none");
+    drafter = load_drafter(a.draft_model_path, *model);
+    cal = load_calibration(a.draft_model_path);
+  }
+  std::vector<std::vector<int32_t>> prompts;
+  {
+    std::ifstream in(a.prompts_path);
+    if (!in) throw Error("--prompts: cannot open '" + a.prompts_path + "'");
+    int line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (line.empty()) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const std::exception&) {
+        throw Error(a.prompts_path + ":" + std::to_string(line_no) + ": not JSON");
+      }
+      if (!j.contains("prompt") || !j["prompt"].is_string())
+        throw Error(a.prompts_path + ":" + std::to_string(line_no) + ": field 'prompt' missing or not a string");
+      auto ids = tok->encode(j["prompt"].get<std::string>(), false);
+      if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
+      if (!ids.empty()) prompts.push_back(std::move(ids));
+    }
+    if (prompts.empty()) throw Error("--prompts: no prompts in '" + a.prompts_path + "'");
+  }
+
+  // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
+  std::optional<SpsTable> sps;
+  double draft_ms = 0;
+  if (std::find(policies.begin(), policies.end(), "dspark") != policies.end()) {
+    if (!drafter->info().confidence_head) throw Error("--policies dspark: the drafter has no confidence head");
+    SpsProfileOptions po;
+    const int max_b = *std::max_element(levels.begin(), levels.end()) * (drafter->info().max_draft_tokens + 1);
+    for (int b = 1; b < max_b; b *= 2) po.points.push_back(b);
+    po.points.push_back(max_b);
+    po.include_draft = false;
+    po.repeats = 3;
+    sps = profile_sps(*model, drafter.get(), po, &draft_ms);
+    std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d; draft %.2f ms per request\n",
+                 po.points.size(), max_b, draft_ms);
+  }
+
+  std::vector<Cell> cells;
+  using clock = std::chrono::steady_clock;
+  for (const std::string& policy : policies)
+    for (int c : levels) {
+      EngineOptions o;
+      o.max_running = c;
+      o.tokenizer = nullptr;
+      o.max_model_len = a.prompt_tokens + a.max_tokens + 1;
+      if (policy != "none") {
+        o.drafter = drafter.get();
+        o.calibration = cal ? &*cal : nullptr;
+      }
+      o.max_batch_tokens = std::max(512, c * ((drafter && policy != "none") ? drafter->info().max_draft_tokens + 1 : 1));
+      if (policy == "threshold") {
+        o.policy = VerifyPolicy::Threshold;
+        o.validation_threshold = a.threshold;
+      } else if (policy == "dspark") {
+        o.policy = VerifyPolicy::DSpark;
+        o.sps = &*sps;
+        o.draft_ms_per_request = draft_ms;
+      }
+      LLMEngine engine(*model, o);
+      const int n = std::max(c, 8) * a.rounds_per_slot;
+      struct Track {
+        clock::time_point first, last;
+        int tokens = 0;
+        double tau = 0;
+      };
+      std::map<uint64_t, Track> tracks;
+      for (int i = 0; i < n; ++i) {
+        EngineRequest req;
+        req.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
+        req.stop.max_tokens = a.max_tokens;
+        req.on_event = [&tracks](const RequestEvent& ev) {
+          Track& t = tracks[ev.id];
+          const auto now = clock::now();
+          if (t.tokens == 0 && !ev.new_ids.empty()) t.first = now;
+          t.tokens += static_cast<int>(ev.new_ids.size());
+          if (!ev.new_ids.empty()) t.last = now;
+          if (ev.finished) t.tau = ev.spec.rounds ? ev.spec.tau() : 1.0;
+        };
+        engine.submit(std::move(req));
+      }
+      const auto t0 = clock::now();
+      engine.run_until_idle();
+      const double secs = std::chrono::duration<double>(clock::now() - t0).count();
+      Cell cell;
+      cell.policy = policy;
+      cell.concurrency = c;
+      cell.requests = n;
+      cell.seconds = secs;
+      double per_req = 0, tau = 0;
+      for (const auto& [id, t] : tracks) {
+        cell.tokens += static_cast<uint64_t>(t.tokens);
+        const double d = std::chrono::duration<double>(t.last - t.first).count();
+        per_req += d > 0 ? (t.tokens - 1) / d : 0.0;
+        tau += t.tau;
+      }
+      cell.out_tok_s = static_cast<double>(cell.tokens) / secs;
+      cell.per_request_tok_s = per_req / static_cast<double>(tracks.size());
+      cell.tau = tau / static_cast<double>(tracks.size());
+      const EngineStats st = engine.stats();
+      cell.verified_per_step = st.verify_entries ? static_cast<double>(st.verified_draft_tokens) / st.verify_entries : 0.0;
+      cells.push_back(cell);
+      std::fprintf(stderr, "  %-9s C=%-4d %6.1f tok/s  %6.1f tok/s/request  tau %.2f  (%d requests, %.1f s)\n",
+                   policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs);
+    }
+
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["threads"] = ThreadPool::global().size();
+    j["max_tokens"] = a.max_tokens;
+    j["prompt_tokens_max"] = a.prompt_tokens;
+    for (const Cell& c : cells)
+      j["cells"].push_back({{"policy", c.policy}, {"concurrency", c.concurrency}, {"requests", c.requests},
+                            {"seconds", c.seconds}, {"output_tokens", c.tokens}, {"output_tokens_per_s", c.out_tok_s},
+                            {"tokens_per_s_per_request", c.per_request_tok_s}, {"tau", c.tau},
+                            {"drafts_verified_per_step", c.verified_per_step}});
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
+  std::printf("threads %d, %d new tokens per request, prompts <= %d tokens\n\n", ThreadPool::global().size(),
+              a.max_tokens, a.prompt_tokens);
+  std::printf("| policy | concurrency | output tok/s | tok/s per request | τ | drafts verified/step | × none |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Cell& c : cells) {
+    double base = 0;
+    for (const Cell& b : cells)
+      if (b.policy == "none" && b.concurrency == c.concurrency) base = b.out_tok_s;
+    std::printf("| %s | %d | %.1f | %.1f | %.2f | %.2f | %s |\n", c.policy.c_str(), c.concurrency, c.out_tok_s,
+                c.per_request_tok_s, c.tau, c.verified_per_step,
+                base > 0 ? (std::to_string(c.out_tok_s / base).substr(0, 4)).c_str() : "–");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner register_bench_engine(CLI::App& app) {
+  auto a = std::make_shared<BenchEngineArgs>();
+  CLI::App* sub = app.add_subcommand("bench-engine", "Offline throughput of the batched engine over concurrency and verify policies");
+  sub->add_option("--model-path", a->model_path, "Target model directory")->required();
+  sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
+  sub->add_option("--prompts", a->prompts_path, "JSON lines with a 'prompt' field")->required();
+  sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
+  sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark");
+  sub->add_option("--max-tokens", a->max_tokens, "New tokens per request")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--prompt-tokens", a->prompt_tokens, "Prompts cut to at most this many tokens")->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--rounds-per-slot", a->rounds_per_slot, "Requests per level = max(C, 8) x this")->check(CLI::Range(1, 1000));
+  sub->add_option("--threshold", a->threshold, "Validation threshold of the threshold policy")->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  sub->add_flag("--json", a->json, "Print one JSON object");
+  return [a] { return run_bench_engine(*a); };
+}
+
+}  // namespace dsinfer::cli
