@@ -38,6 +38,7 @@ namespace dsinfer::cli {
 namespace {
 
 struct BenchEngineArgs {
+  std::string matmul_precision = "auto";
   std::string model_path, draft_model_path, prompts_path;
   std::string concurrency = "1,4,16,64,128";
   std::string policies = "none,fixed,threshold,dspark";
@@ -72,6 +73,7 @@ struct Cell {
 
 int run_bench_engine(const BenchEngineArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  apply_matmul_precision(a.matmul_precision);
   const std::vector<int> levels = parse_int_list(a.concurrency, "--concurrency");
   std::vector<std::string> policies;
   {
@@ -242,6 +244,7 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--rounds-per-slot", a->rounds_per_slot, "Requests per level = max(C, 8) x this")->check(CLI::Range(1, 1000));
   sub->add_option("--threshold", a->threshold, "Validation threshold of the threshold policy")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  add_matmul_precision_option(sub, &a->matmul_precision);
   sub->add_flag("--json", a->json, "Print one JSON object");
   return [a] { return run_bench_engine(*a); };
 }

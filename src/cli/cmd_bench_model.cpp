@@ -12,6 +12,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "kernels/cpu/matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
@@ -24,6 +25,7 @@ namespace dsinfer::cli {
 namespace {
 
 struct BenchModelArgs {
+  std::string matmul_precision = "auto";
   std::string model_path;
   int threads = 0;
   int prompt_tokens = 128;
@@ -41,6 +43,7 @@ int run_bench_model(const BenchModelArgs& a) {
   check(a.decode_tokens >= 1, "--decode-tokens must be >= 1");
   check(a.repeat >= 1, "--repeat must be >= 1");
   ThreadPool::set_global_threads(a.threads);
+  apply_matmul_precision(a.matmul_precision);
   const int threads = ThreadPool::global().size();
   const double t_load0 = now_s();
   auto model = load_model(a.model_path);
@@ -108,6 +111,7 @@ int run_bench_model(const BenchModelArgs& a) {
                         {"architecture", c.architecture},
                         {"threads", threads},
                         {"isa", isa_level_name(isa_level())},
+                        {"matmul_precision", matmul_precision_name(matmul_precision())},
                         {"load_s", load_s},
                         {"prompt_tokens", a.prompt_tokens},
                         {"decode_tokens", a.decode_tokens},
@@ -126,7 +130,8 @@ int run_bench_model(const BenchModelArgs& a) {
   } else {
     std::printf("model            %s (%s, %d layers, hidden %d)\n", a.model_path.c_str(), c.architecture.c_str(),
                 c.num_hidden_layers, c.hidden_size);
-    std::printf("threads          %d (isa %s), load %.2f s\n", threads, isa_level_name(isa_level()), load_s);
+    std::printf("threads          %d (isa %s, matmul %s), load %.2f s\n", threads, isa_level_name(isa_level()),
+                matmul_precision_name(matmul_precision()), load_s);
     std::printf("prefill          %d tokens: best %.1f tokens/s, median %.1f (%d runs)\n", a.prompt_tokens, prefill_tps,
                 prefill_tps_median, a.repeat);
     std::printf("decode (batch 1) %d tokens: best %.2f tokens/s, median %.2f (%d runs)\n", a.decode_tokens, decode_tps,
@@ -145,6 +150,7 @@ Runner register_bench_model(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench-model", "Measure prefill/decode speed of a model against the memory roofline");
   sub->add_option("--model-path", args->model_path, "Hugging Face model directory")->required();
   sub->add_option("--threads", args->threads, "Worker threads (0 = all hardware threads)");
+  add_matmul_precision_option(sub, &args->matmul_precision);
   sub->add_option("--prompt-tokens", args->prompt_tokens, "Tokens in the timed prefill")->capture_default_str();
   sub->add_option("--decode-tokens", args->decode_tokens, "Tokens in the timed batch-1 decode")->capture_default_str();
   sub->add_option("--repeat", args->repeat, "Timed repetitions (best and median reported)")->capture_default_str();

@@ -28,6 +28,7 @@ namespace dsinfer::cli {
 namespace {
 
 struct CalibrateArgs {
+  std::string matmul_precision = "auto";
   std::string model_path, draft_model_path, prompts, out;
   int64_t max_rounds = 2000;
   int max_tokens = 256;
@@ -40,6 +41,7 @@ struct CalibrateArgs {
 
 int run_calibrate(const CalibrateArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  apply_matmul_precision(a.matmul_precision);
   auto model = load_model(a.model_path);
   std::unique_ptr<Tokenizer> tok;
   if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
@@ -102,6 +104,7 @@ Runner register_calibrate(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   sub->add_option("--out", a->out, "Output file (default: DRAFT_DIR/calibration.json)");
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  add_matmul_precision_option(sub, &a->matmul_precision);
   return [a] { return run_calibrate(*a); };
 }
 

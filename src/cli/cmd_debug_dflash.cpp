@@ -39,6 +39,7 @@ namespace dsinfer::cli {
 namespace {
 
 struct DebugArgs {
+  std::string matmul_precision = "auto";
   std::string model_path, draft_model_path, prompt_ids;
   bool json = false;
   int block_size = 0;
@@ -96,6 +97,7 @@ std::string join(const std::vector<int>& v) {
 
 int run_debug(const DebugArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  apply_matmul_precision(a.matmul_precision);
   auto model = load_model(a.model_path);
   const ModelConfig& tc = model->config();
   const DraftConfig dc = parse_draft_config(a.draft_model_path, tc);
@@ -236,6 +238,7 @@ Runner register_debug_dflash(CLI::App& app) {
   sub->add_flag("--json", a->json, "Print one JSON object (anchor, draft_ids, draft_logprobs, confidence, accepted, ...)");
   sub->add_option("--block-size", a->block_size, "Verify block size (<= the checkpoint's)")->check(CLI::Range(1, 1024));
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  add_matmul_precision_option(sub, &a->matmul_precision);
   return [a] { return run_debug(*a); };
 }
 

@@ -36,6 +36,7 @@ namespace dsinfer::cli {
 namespace {
 
 struct GenerateArgs {
+  std::string matmul_precision = "auto";
   std::string model_path;
   std::string prompt;
   bool prompt_set = false;
@@ -138,8 +139,8 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     throw Error((a.validation_threshold > 0.0f ? std::string("--dflash-validation-threshold") : "--spec-schedule " + schedule) +
                 ": the drafter in " + a.draft_model_path +
                 " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
-  if (schedule == "threshold" && a.validation_threshold <= 0.0f)
-    throw Error("--spec-schedule threshold: needs --dflash-validation-threshold T in (0, 1]");
+  if (schedule == "threshold" && a.validation_threshold < 0.0f)
+    throw Error("--spec-schedule threshold: needs --dflash-validation-threshold T in [0, 1] (0 prunes nothing)");
   if (schedule == "threshold" && !a.sps_table_path.empty()) throw Error("--sps-table: only used by --spec-schedule dspark");
   if (a.validation_threshold > 0.0f) opts.validation_threshold = a.validation_threshold;  // dspark: a floor
   calibration = load_calibration(a.draft_model_path);
@@ -197,6 +198,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int run_generate(const GenerateArgs& a) {
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
+  apply_matmul_precision(a.matmul_precision);
   if (a.prompt_set == !a.prompt_ids.empty()) throw Error("generate: give exactly one of --prompt or --prompt-ids");
   if (a.chat && !a.prompt_set) throw Error("--chat: needs --prompt");
   if (!a.chat && !a.system.empty()) throw Error("--system: only used with --chat");
@@ -336,6 +338,7 @@ Runner register_generate(CLI::App& app) {
   sub->add_option("--stop-id", a->stop_ids, "Stop token id (repeatable), in addition to the model's eos ids");
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's end-of-sequence ids");
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
+  add_matmul_precision_option(sub, &a->matmul_precision);
   sub->add_flag("--json", a->json, "Print one JSON object with ids, text, timings and speculation stats");
   sub->add_option("--draft-model-path", a->draft_model_path, "Draft checkpoint directory (DFlash / DSpark)");
   sub->add_option("--spec", a->spec, "Speculative decoding method (none = plain decoding)")

@@ -3,6 +3,7 @@
 // one library function; it never holds engine logic of its own.
 #pragma once
 #include <functional>
+#include <string>
 
 namespace CLI {
 class App;
@@ -20,5 +21,16 @@ Runner register_make_random_model(CLI::App& app);
 Runner register_calibrate(CLI::App& app);
 Runner register_debug_dflash(CLI::App& app);
 Runner register_bench_engine(CLI::App& app);
+
+}  // namespace dsinfer::cli
+
+namespace dsinfer::cli {
+
+// --matmul-precision auto|f32|bf16 (kernels/cpu/matmul.h). auto: DSINFER_MATMUL when set,
+// else bf16 — activations rounded to BF16 for BF16 weights, native AVX512_BF16 dot products
+// (exact emulation elsewhere), ~2.3x faster verify/prefill matmuls; f32 reproduces the
+// transformers goldens to 1e-4. Same bits on every CPU for a given precision.
+void add_matmul_precision_option(CLI::App* sub, std::string* dest);
+void apply_matmul_precision(const std::string& value);
 
 }  // namespace dsinfer::cli

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "spec/calibration.h"
@@ -125,7 +126,8 @@ std::string sps_model_hash(const std::string& target_dir, const std::string& dra
 
 std::string sps_machine_string(int threads, const SpsProfileOptions& opts) {
   const CpuFeatures& f = cpu_features();
-  return f.model_name + " | isa " + isa_level_name(isa_level()) + " | threads " + std::to_string(threads) +
+  return f.model_name + " | isa " + isa_level_name(isa_level()) + (f.avx512bf16 ? "+bf16" : "") + " | matmul " +
+         matmul_precision_name(matmul_precision()) + " | threads " + std::to_string(threads) +
          " | context " + std::to_string(opts.context) + " | B<=" + std::to_string(opts.max_batch_tokens);
 }
 

@@ -32,7 +32,8 @@ TEST(CliGenerate, GreedyMatchesTransformersGoldens) {
       auto prompt = g["prompts"][i].get<std::vector<int>>();
       auto expect = g["greedy"][i].get<std::vector<int>>();
       auto r = run_dsinfer({"generate", "--model-path", entry.path().string(), "--prompt-ids", join_ids(prompt),
-                            "--max-tokens", std::to_string(expect.size()), "--ignore-eos", "--json", "--threads", "2"});
+                            "--max-tokens", std::to_string(expect.size()), "--ignore-eos", "--json", "--threads", "2",
+                            "--matmul-precision", "f32"});  // the goldens are F32 arithmetic
       ASSERT_EQ(r.exit_code, 0) << entry.path() << ": " << r.err;
       json out = json::parse(r.out);
       EXPECT_EQ(out["ids"].get<std::vector<int>>(), expect) << entry.path().filename() << " prompt " << i;

@@ -1,4 +1,5 @@
-// dsinfer tests: matmul kernels (y = x · Wᵀ) and weight_row_to_f32.
+// dsinfer tests: matmul kernels (y = x · Wᵀ) in F32 precision, and weight_row_to_f32
+// (the Bf16Dot precision is tested in test_kernels_matmul_bf16.cpp).
 //
 // Checks, for F32/BF16/F16 weights and every ISA path this CPU can run:
 //  - accuracy against a double-precision reference (error bound relative to sum |x·w|),
@@ -7,7 +8,9 @@
 //  - batch invariance: row i of y is bit-identical whether computed alone, inside batches
 //    of any size and position, with 1, 2 or 3 threads (separate pools, chunking forced
 //    small so that the split really happens);
-//  - scalar, AVX2 and AVX-512 kernels give identical bits (they share one reduction order).
+//  - scalar, AVX2 and AVX-512 kernels give identical bits (they share one reduction order;
+//    the AVX-512 tiles reduce all their sums at once with a transposed tree, which these
+//    comparisons check against the scalar reduce16 for every tile shape).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,7 +121,7 @@ TEST(Matmul, MatchesDoubleReferenceOddShapes) {
           for (int64_t m : m_list) {
             auto x = make_x(m, cols, static_cast<uint32_t>(m));
             std::vector<float> y(static_cast<size_t>(m * rows), -1.0f);
-            matmul_isa(isa, x.data(), m, t.view, y.data(), &pool, 1);
+            matmul_isa(isa, MatmulPrecision::F32, x.data(), m, t.view, y.data(), &pool, 1);
             expect_close_to_reference(x, m, t, y,
                                       std::string(isa_level_name(isa)) + " " + dtype_name(dt) + " rows=" +
                                           std::to_string(rows) + " cols=" + std::to_string(cols) +
@@ -140,8 +143,8 @@ TEST(Matmul, UnalignedPointers) {
         auto xs = make_x(m * cols + 1, 1, 3);
         const float* x = xs.data() + 1;
         std::vector<float> y(static_cast<size_t>(m * rows)), y_al(y.size());
-        matmul_isa(isa, x, m, t.view, y.data(), &pool);
-        matmul_isa(isa, x, m, aligned.view, y_al.data(), &pool);
+        matmul_isa(isa, MatmulPrecision::F32, x, m, t.view, y.data(), &pool);
+        matmul_isa(isa, MatmulPrecision::F32, x, m, aligned.view, y_al.data(), &pool);
         std::vector<float> xv(x, x + m * cols);
         expect_close_to_reference(xv, m, t, y, std::string("unaligned ") + dtype_name(dt));
         for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(same_bits(y[i], y_al[i]));
@@ -160,10 +163,10 @@ TEST(Matmul, IsaPathsGiveIdenticalBits) {
       TestWeights t = make_weights(dt, rows, cols, 1, static_cast<uint32_t>(rows + cols));
       auto x = make_x(m, cols, 11);
       std::vector<float> ref(static_cast<size_t>(m * rows));
-      matmul_isa(IsaLevel::Scalar, x.data(), m, t.view, ref.data(), &pool, 1);
+      matmul_isa(IsaLevel::Scalar, MatmulPrecision::F32, x.data(), m, t.view, ref.data(), &pool, 1);
       for (IsaLevel isa : all) {
         std::vector<float> y(ref.size());
-        matmul_isa(isa, x.data(), m, t.view, y.data(), &pool, 1);
+        matmul_isa(isa, MatmulPrecision::F32, x.data(), m, t.view, y.data(), &pool, 1);
         for (size_t i = 0; i < y.size(); ++i)
           ASSERT_TRUE(same_bits(y[i], ref[i]))
               << isa_level_name(isa) << " " << dtype_name(dt) << " rows=" << rows << " cols=" << cols
@@ -185,7 +188,7 @@ TEST(Matmul, BatchInvariance) {
       // Reference: every x row alone (matrix-vector path), one thread.
       std::vector<float> alone(static_cast<size_t>(total * rows));
       for (int64_t i = 0; i < total; ++i)
-        matmul_isa(isa, x.data() + i * cols, 1, t.view, alone.data() + i * rows, &p1);
+        matmul_isa(isa, MatmulPrecision::F32, x.data() + i * cols, 1, t.view, alone.data() + i * rows, &p1);
       // Batches of various sizes and offsets, various pools, chunks forced small so the
       // three-thread pool splits even the m == 1 calls.
       const int64_t batches[][2] = {{0, 37}, {0, 2}, {5, 8}, {3, 16}, {17, 3}, {36, 1}, {1, 13}, {20, 17}};
@@ -194,7 +197,7 @@ TEST(Matmul, BatchInvariance) {
           for (auto& b : batches) {
             const int64_t i0 = b[0], m = b[1];
             std::vector<float> y(static_cast<size_t>(m * rows));
-            matmul_isa(isa, x.data() + i0 * cols, m, t.view, y.data(), pool, min_macs);
+            matmul_isa(isa, MatmulPrecision::F32, x.data() + i0 * cols, m, t.view, y.data(), pool, min_macs);
             for (int64_t i = 0; i < m; ++i)
               for (int64_t j = 0; j < rows; ++j)
                 ASSERT_TRUE(same_bits(y[i * rows + j], alone[(i0 + i) * rows + j]))
@@ -205,11 +208,15 @@ TEST(Matmul, BatchInvariance) {
 }
 
 TEST(Matmul, PublicEntryPointUsesGlobalPool) {
+  // F32 whatever DSINFER_MATMUL says (the bound below is F32's); restored at the end.
+  const MatmulPrecision before = matmul_precision();
+  set_matmul_precision(MatmulPrecision::F32);
   TestWeights t = make_weights(DType::BF16, 50, 70, 0, 1);
   auto x = make_x(3, 70, 2);
   std::vector<float> y(150), ref(150);
   matmul(x.data(), 3, t.view, y.data());
-  matmul_isa(isa_level(), x.data(), 3, t.view, ref.data(), nullptr);
+  matmul_isa(isa_level(), MatmulPrecision::F32, x.data(), 3, t.view, ref.data(), nullptr);
+  set_matmul_precision(before);
   for (size_t i = 0; i < y.size(); ++i) ASSERT_TRUE(same_bits(y[i], ref[i]));
   expect_close_to_reference(x, 3, t, y, "public");
 }
@@ -236,11 +243,11 @@ TEST(Matmul, SpecialValuesPropagate) {
     auto x = make_x(1, cols, 8);
     x[3] = INFINITY;  // main part, lane 3
     std::vector<float> y(2);
-    matmul_isa(isa, x.data(), 1, t.view, y.data(), &pool);
+    matmul_isa(isa, MatmulPrecision::F32, x.data(), 1, t.view, y.data(), &pool);
     EXPECT_TRUE(std::isinf(y[0]) || std::isnan(y[0]));
     x[3] = 1.0f;
     x[37] = NAN;  // tail
-    matmul_isa(isa, x.data(), 1, t.view, y.data(), &pool);
+    matmul_isa(isa, MatmulPrecision::F32, x.data(), 1, t.view, y.data(), &pool);
     EXPECT_TRUE(std::isnan(y[0]) && std::isnan(y[1]));
   }
 }
@@ -269,10 +276,10 @@ TEST(Matmul, F16SubnormalsMatchScalar) {
   std::vector<float> x(cols, 1.0f);
   WeightView v{w.data(), DType::F16, 1, cols};
   float ref = 0;
-  matmul_isa(IsaLevel::Scalar, x.data(), 1, v, &ref, &pool);
+  matmul_isa(IsaLevel::Scalar, MatmulPrecision::F32, x.data(), 1, v, &ref, &pool);
   for (IsaLevel isa : isas()) {
     float y = 0;
-    matmul_isa(isa, x.data(), 1, v, &y, &pool);
+    matmul_isa(isa, MatmulPrecision::F32, x.data(), 1, v, &y, &pool);
     EXPECT_TRUE(same_bits(y, ref)) << isa_level_name(isa);
   }
 }

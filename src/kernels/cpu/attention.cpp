@@ -1,13 +1,19 @@
-// dsinfer kernels: causal GQA attention, scalar core and the (block, head) work split
-// (see attention.h). Work items are (block, head) pairs; each item walks its block's
-// queries in order with a per-thread scratch row for the scores.
+// dsinfer kernels: attention entry point, work split, the grouped driver and the scalar
+// core (see attention.h; the grouped layout is in attention_internal.h).
+//
+// attention_isa() picks a path for the ISA level and head_dim: the grouped AVX-512 kernels
+// (head_dim % 16 == 0), the grouped AVX2 ones (head_dim % 8 == 0), else one row at a time
+// (attend_row_avx2 / attend_row_scalar). It cuts each (block, KV head) into work items of
+// whole query vectors and hands them to the thread pool; a vector's reductions always stay
+// inside one item, so the split cannot change any bit.
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/softmax.h"
+#include "kernels/cpu/attention_internal.h"
+#include "kernels/cpu/softmax.h"  // exp_shifted_sum_scalar
 
 namespace dsinfer {
 
@@ -30,32 +36,140 @@ void attend_row_scalar(const float* q, const float* k, const float* v, int n_key
   for (int i = 0; i < head_dim; ++i) out[i] *= inv;
 }
 
-void attention_causal(const AttentionBlock* blocks, int n_blocks, int n_heads, int n_kv_heads, int head_dim,
-                      float scale, ThreadPool* pool) {
+namespace attention_detail {
+
+namespace {
+
+// Row stride of the score scratch (a multiple of 16 floats keeps rows 64-byte apart).
+int64_t score_stride(const QueryGroup& g) { return (static_cast<int64_t>(g.n_keys[g.n - 1]) + 15) & ~int64_t{15}; }
+
+// Keys per block: ~32 KB of K (or V) rows, a multiple of 16 so score tiles of 8 keys and
+// the per-key tails fall where they would for the whole range.
+int key_block(int head_dim) { return std::max(16, (8192 / head_dim) & ~15); }
+
+}  // namespace
+
+IsaLevel hardware_isa_level() {
+  const CpuFeatures& f = cpu_features();
+  if (!(f.avx2 && f.fma && f.f16c)) return IsaLevel::Scalar;
+  if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return IsaLevel::Avx2;
+  return IsaLevel::Avx512;
+}
+
+size_t group_scratch_floats(const QueryGroup& g) { return static_cast<size_t>(g.n * score_stride(g)); }
+
+void attend_group(const GroupKernels& kern, const QueryGroup& g, float* scratch) {
+  const int n = g.n, D = g.head_dim, n_max = g.n_keys[n - 1], kb = key_block(D);
+  const int64_t stride = score_stride(g);
+  float* s[kMaxGroupVectors];
+  for (int r = 0; r < n; ++r) s[r] = scratch + r * stride;
+
+  // 1. Scores. A tile computes up to its longest vector's key count; the extra scores of
+  // its shorter vectors land in their scratch rows past n_keys and are never read.
+  for (int j0 = 0; j0 < n_max; j0 += kb)
+    for (int r0 = 0; r0 < n; r0 += kern.score_tile) {
+      const int r1 = std::min(n, r0 + kern.score_tile);
+      const int j1 = std::min(j0 + kb, g.n_keys[r1 - 1]);
+      if (j1 > j0) kern.scores(r1 - r0, g.q + r0, g.k, j0, j1, D, g.scale, s + r0, r0 == 0);
+    }
+
+  // 2. Softmax numerators, each vector over its own keys only.
+  float inv[kMaxGroupVectors];
+  for (int r = 0; r < n; ++r) inv[r] = 1.0f / kern.exp_sum(s[r], s[r], g.n_keys[r]);
+
+  // 3. Values. Within a tile, [first, r1) are the vectors that still have keys at `pos`;
+  // they advance together to the next end of a vector's keys (or of the key block).
+  for (int j0 = 0; j0 < n_max; j0 += kb) {
+    const int j1 = std::min(j0 + kb, n_max);
+    for (int r0 = 0; r0 < n; r0 += kern.value_tile) {
+      const int r1 = std::min(n, r0 + kern.value_tile);
+      int pos = j0, first = r0;
+      while (true) {
+        while (first < r1 && g.n_keys[first] <= pos) ++first;
+        if (first == r1 || pos == j1) break;
+        const int end = std::min(j1, g.n_keys[first]);
+        kern.values(r1 - first, s + first, g.v, pos, end, D, g.out + first, pos == 0, r0 == 0);
+        pos = end;
+      }
+    }
+  }
+
+  // 4. Normalise.
+  for (int r = 0; r < n; ++r) kern.scale_out(g.out[r], D, inv[r]);
+}
+
+void attention_isa(IsaLevel isa, const AttentionBlock* blocks, int n_blocks, int n_heads, int n_kv_heads,
+                   int head_dim, float scale, ThreadPool* pool, int max_vectors) {
   if (!pool) pool = &ThreadPool::global();
-  const bool avx2 = isa_level() >= IsaLevel::Avx2;
+  isa = std::min(isa, hardware_isa_level());
+  const GroupKernels* kern = nullptr;
+  if (isa == IsaLevel::Avx512 && head_dim % 16 == 0) kern = &group_kernels_avx512();
+  else if (isa >= IsaLevel::Avx2 && head_dim % 8 == 0) kern = &group_kernels_avx2();
+  const bool avx2_rows = isa >= IsaLevel::Avx2;
   const int group = n_heads / n_kv_heads;
-  const size_t items = static_cast<size_t>(n_blocks) * static_cast<size_t>(n_heads);
-  pool->parallel_for(items, [&](size_t begin, size_t end) {
-    // Grown, never shrunk: after warm-up no allocation happens per call.
-    thread_local std::vector<float> scores;
+  max_vectors = std::clamp(max_vectors, 1, kMaxGroupVectors);
+
+  // Work items: (block, KV head, range of query vectors). A (block, KV head) is cut into
+  // several items only when there are fewer of them than threads, or when it has more
+  // vectors than max_vectors (long prefills: the items stay small enough to balance).
+  struct Item {
+    int block, kv_head, v0, v1;
+  };
+  thread_local std::vector<Item> item_store;  // grown, never shrunk
+  std::vector<Item>& items = item_store;      // (workers must see the caller's list)
+  items.clear();
+  const int units = std::max(1, n_blocks * n_kv_heads);
+  const int split = (pool->size() + units - 1) / units;
+  for (int b = 0; b < n_blocks; ++b) {
+    const int n_vec = blocks[b].n_q * group;
+    if (n_vec <= 0) continue;
+    const int per = std::min(max_vectors, (n_vec + split - 1) / split);
+    for (int g = 0; g < n_kv_heads; ++g)
+      for (int v0 = 0; v0 < n_vec; v0 += per) items.push_back({b, g, v0, std::min(n_vec, v0 + per)});
+  }
+
+  pool->parallel_for(items.size(), [&](size_t begin, size_t end) {
+    thread_local std::vector<float> scratch;  // grown, never shrunk
+    const float* q[kMaxGroupVectors];
+    float* out[kMaxGroupVectors];
+    int n_keys[kMaxGroupVectors];
     for (size_t it = begin; it < end; ++it) {
-      const AttentionBlock& b = blocks[it / n_heads];
-      const int h = static_cast<int>(it % n_heads);
-      const int g = h / group;
-      const size_t need = static_cast<size_t>(b.start_pos + b.n_q);
-      if (scores.size() < need) scores.resize(need);
-      const float* kg = b.k + g * b.kv_head_stride;
-      const float* vg = b.v + g * b.kv_head_stride;
-      for (int i = 0; i < b.n_q; ++i) {
-        const float* q = b.q + i * b.q_stride + static_cast<int64_t>(h) * head_dim;
-        float* o = b.out + i * b.out_stride + static_cast<int64_t>(h) * head_dim;
-        const int n_keys = b.start_pos + i + 1;
-        if (avx2) attend_row_avx2(q, kg, vg, n_keys, head_dim, scale, scores.data(), o);
-        else attend_row_scalar(q, kg, vg, n_keys, head_dim, scale, scores.data(), o);
+      const Item& item = items[it];
+      const AttentionBlock& b = blocks[item.block];
+      QueryGroup qg;
+      qg.n = item.v1 - item.v0;
+      for (int r = 0; r < qg.n; ++r) {
+        const int vec = item.v0 + r, i = vec / group, h = item.kv_head * group + vec % group;
+        q[r] = b.q + i * b.q_stride + static_cast<int64_t>(h) * head_dim;
+        out[r] = b.out + i * b.out_stride + static_cast<int64_t>(h) * head_dim;
+        n_keys[r] = b.causal ? b.start_pos + i + 1 : b.start_pos + b.n_q;
+      }
+      qg.q = q;
+      qg.out = out;
+      qg.n_keys = n_keys;
+      qg.k = b.k + item.kv_head * b.kv_head_stride;
+      qg.v = b.v + item.kv_head * b.kv_head_stride;
+      qg.head_dim = head_dim;
+      qg.scale = scale;
+      const size_t need = kern ? group_scratch_floats(qg) : static_cast<size_t>(n_keys[qg.n - 1]);
+      if (scratch.size() < need) scratch.resize(need);
+      if (kern) {
+        attend_group(*kern, qg, scratch.data());
+        continue;
+      }
+      for (int r = 0; r < qg.n; ++r) {
+        if (avx2_rows) attend_row_avx2(q[r], qg.k, qg.v, n_keys[r], head_dim, scale, scratch.data(), out[r]);
+        else attend_row_scalar(q[r], qg.k, qg.v, n_keys[r], head_dim, scale, scratch.data(), out[r]);
       }
     }
   });
+}
+
+}  // namespace attention_detail
+
+void attention_causal(const AttentionBlock* blocks, int n_blocks, int n_heads, int n_kv_heads, int head_dim,
+                      float scale, ThreadPool* pool) {
+  attention_detail::attention_isa(isa_level(), blocks, n_blocks, n_heads, n_kv_heads, head_dim, scale, pool);
 }
 
 }  // namespace dsinfer

@@ -1,5 +1,7 @@
-// dsinfer kernels: the AVX2/FMA core of causal attention for one query row (see
-// attention.h). Compiled with -mavx2 -mfma, called only after the run-time CPU check.
+// dsinfer kernels: the AVX2/FMA cores of attention: attend_row_avx2 (one query row, the
+// bit-exact specification of every SIMD path) and the grouped micro-kernels that
+// attend_group() drives (attention_internal.h). Compiled with -mavx2 -mfma, called only
+// after the run-time CPU check.
 //
 // Scores: for every key, q·k is accumulated in two 8-lane FMA partial sums over head_dim
 // (chunks alternate between them), the two are added, and the 8 lanes are reduced as
@@ -9,9 +11,13 @@
 // and to any other batching: the result never depends on which rows share a call.
 // Values: each output lane is fma(p_j, v_j, acc) over keys in ascending order, kept in
 // registers across keys (64 lanes of head_dim at a time) instead of a load/store per key.
+// The grouped kernels run these same chains for several query vectors at once, so one
+// load of a key (value) row feeds the fmas of all of them; the first tile over a key
+// block prefetches rows ahead (DRAM-resident K/V at decode, see attention_internal.h).
 #include <immintrin.h>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vec_exp_avx2.h"
 
@@ -112,5 +118,140 @@ void attend_row_avx2(const float* q, const float* k, const float* v, int n_keys,
   const __m256 inv = _mm256_set1_ps(1.0f / sum);
   for (int i = 0; i < head_dim; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(out + i), inv));
 }
+
+// ---- grouped micro-kernels (head_dim % 8 == 0) -------------------------------------------
+
+namespace attention_detail {
+namespace {
+
+// Left to itself GCC folds a load used by several fmas into each of them as a memory
+// operand, which makes the loop load-bound (one load per fma); this keeps one load.
+inline __m256 in_register(__m256 x) {
+  __asm__("" : "+x"(x));
+  return x;
+}
+
+// Software prefetch distance, in keys (see attention_avx512.cpp).
+constexpr int kPrefetchKeys = 16;
+
+// Prefetches n floats from p, one cache line per 16.
+inline void prefetch_floats(const float* p, int n) {
+  for (int i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
+}
+
+constexpr int kScoreTile = 3;  // query vectors per scores tile (12 accumulators for 2 keys)
+constexpr int kValueTile = 3;  // query vectors per values tile
+constexpr int kValueU = 2;     // 8-lane chunks of head_dim per values pass (6 accumulators)
+
+// part[r][kk], part[r][kk + 1]: key_partial() of query r against keys k0 and k1.
+template <int Q>
+inline void partials_2keys(const float* const* q, const float* k0, const float* k1, int D, __m256 (*part)[8],
+                           int kk) {
+  __m256 a0[Q][2], a1[Q][2];
+  for (int r = 0; r < Q; ++r)
+    for (int t = 0; t < 2; ++t) a0[r][t] = a1[r][t] = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 16 <= D; i += 16) {
+    const __m256 k00 = in_register(_mm256_loadu_ps(k0 + i)), k01 = in_register(_mm256_loadu_ps(k0 + i + 8));
+    const __m256 k10 = in_register(_mm256_loadu_ps(k1 + i)), k11 = in_register(_mm256_loadu_ps(k1 + i + 8));
+    for (int r = 0; r < Q; ++r) {
+      const __m256 q0 = _mm256_loadu_ps(q[r] + i), q1 = _mm256_loadu_ps(q[r] + i + 8);
+      a0[r][0] = _mm256_fmadd_ps(q0, k00, a0[r][0]);
+      a1[r][0] = _mm256_fmadd_ps(q1, k01, a1[r][0]);
+      a0[r][1] = _mm256_fmadd_ps(q0, k10, a0[r][1]);
+      a1[r][1] = _mm256_fmadd_ps(q1, k11, a1[r][1]);
+    }
+  }
+  if (i < D) {  // head_dim % 16 == 8: the last chunk goes to the first partial sum
+    const __m256 k00 = _mm256_loadu_ps(k0 + i), k10 = _mm256_loadu_ps(k1 + i);
+    for (int r = 0; r < Q; ++r) {
+      const __m256 q0 = _mm256_loadu_ps(q[r] + i);
+      a0[r][0] = _mm256_fmadd_ps(q0, k00, a0[r][0]);
+      a0[r][1] = _mm256_fmadd_ps(q0, k10, a0[r][1]);
+    }
+  }
+  for (int r = 0; r < Q; ++r) {
+    part[r][kk] = _mm256_add_ps(a0[r][0], a1[r][0]);
+    part[r][kk + 1] = _mm256_add_ps(a0[r][1], a1[r][1]);
+  }
+}
+
+template <int Q>
+void scores_tile(const float* const* q, const float* k, int j0, int j1, int D, float scale, float* const* s,
+                 bool prefetch) {
+  const __m256 vscale = _mm256_set1_ps(scale);
+  int j = j0;
+  for (; j + 8 <= j1; j += 8) {
+    const float* kj = k + static_cast<int64_t>(j) * D;
+    if (prefetch) prefetch_floats(kj + kPrefetchKeys * D, 8 * D);
+    __m256 part[Q][8];
+    for (int kk = 0; kk < 8; kk += 2) partials_2keys<Q>(q, kj + kk * D, kj + (kk + 1) * D, D, part, kk);
+    for (int r = 0; r < Q; ++r) _mm256_storeu_ps(s[r] + j, _mm256_mul_ps(hsum8(part[r]), vscale));
+  }
+  for (; j < j1; ++j)
+    for (int r = 0; r < Q; ++r)
+      s[r][j] = avx2::hsum_ps(key_partial(q[r], k + static_cast<int64_t>(j) * D, D)) * scale;
+}
+
+void scores(int nq, const float* const* q, const float* k, int j0, int j1, int D, float scale, float* const* s,
+            bool prefetch) {
+  switch (nq) {
+    case 1: scores_tile<1>(q, k, j0, j1, D, scale, s, prefetch); break;
+    case 2: scores_tile<2>(q, k, j0, j1, D, scale, s, prefetch); break;
+    default: scores_tile<kScoreTile>(q, k, j0, j1, D, scale, s, prefetch); break;
+  }
+}
+
+// Lanes [c0, c0 + 8U) of out[r], r < Q, over keys [j0, j1).
+template <int Q, int U>
+void values_pass(const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+                 bool prefetch, int c0) {
+  __m256 acc[Q][U];
+  for (int r = 0; r < Q; ++r)
+    for (int u = 0; u < U; ++u) acc[r][u] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(out[r] + c0 + u * 8);
+  for (int j = j0; j < j1; ++j) {
+    const float* vj = v + static_cast<int64_t>(j) * D + c0;
+    if (prefetch && c0 == 0) prefetch_floats(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
+    __m256 pj[Q];
+    for (int r = 0; r < Q; ++r) pj[r] = _mm256_broadcast_ss(p[r] + j);
+    for (int u = 0; u < U; ++u) {
+      const __m256 vv = in_register(_mm256_loadu_ps(vj + u * 8));
+      for (int r = 0; r < Q; ++r) acc[r][u] = _mm256_fmadd_ps(pj[r], vv, acc[r][u]);
+    }
+  }
+  for (int r = 0; r < Q; ++r)
+    for (int u = 0; u < U; ++u) _mm256_storeu_ps(out[r] + c0 + u * 8, acc[r][u]);
+}
+
+template <int Q>
+void values_tile(const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+                 bool prefetch) {
+  int c = 0;
+  for (; c + kValueU * 8 <= D; c += kValueU * 8) values_pass<Q, kValueU>(p, v, j0, j1, D, out, zero, prefetch, c);
+  for (; c < D; c += 8) values_pass<Q, 1>(p, v, j0, j1, D, out, zero, prefetch, c);
+}
+
+void values(int nq, const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+            bool prefetch) {
+  switch (nq) {
+    case 1: values_tile<1>(p, v, j0, j1, D, out, zero, prefetch); break;
+    case 2: values_tile<2>(p, v, j0, j1, D, out, zero, prefetch); break;
+    default: values_tile<kValueTile>(p, v, j0, j1, D, out, zero, prefetch); break;
+  }
+}
+
+void scale_out(float* out, int D, float inv) {
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int i = 0; i < D; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(out + i), vinv));
+}
+
+}  // namespace
+
+const GroupKernels& group_kernels_avx2() {
+  static const GroupKernels k{kScoreTile, kValueTile, scores, values, exp_shifted_sum_avx2, scale_out};
+  return k;
+}
+
+}  // namespace attention_detail
 
 }  // namespace dsinfer

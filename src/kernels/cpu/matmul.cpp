@@ -1,15 +1,20 @@
-// dsinfer kernels: matmul entry point, thread split, and the portable scalar kernel.
+// dsinfer kernels: matmul entry point, precision setting, thread split, and the portable
+// scalar kernels.
 //
-// matmul() validates the WeightView, picks the rows kernel for isa_level(), and hands
-// blocks of output features (rows of W) to the thread pool. Every thread computes whole
-// dot products (never a slice of the k reduction), so the split cannot change any bit of
-// y; see matmul_internal.h for the canonical reduction order that all kernels follow.
-// The scalar kernel here is the executable form of that specification: 16 explicit
-// partial sums updated with std::fma (never a*b+c, which GCC may or may not contract into
-// an fma depending on flags; in C++ mode it does so by default even with -std=c++20).
+// matmul() validates the WeightView, picks the kernel for isa_level() and the precision,
+// (for Bf16Dot) rounds x to BF16 into a scratch buffer, and hands blocks of output
+// features (rows of W) to the thread pool. Every thread computes whole dot products
+// (never a slice of the k reduction), so the split cannot change any bit of y; see
+// matmul_internal.h for the canonical reduction orders that all kernels follow. The scalar
+// kernels here are the executable form of those specifications: 16 explicit partial sums
+// updated with std::fma (never a*b+c, which GCC may or may not contract into an fma
+// depending on flags; in C++ mode it does so by default even with -std=c++20).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -83,11 +88,58 @@ void rows_scalar(const float* x, int64_t m, const WeightView& w, int64_t j0, int
   }
 }
 
+void x_to_bf16_scalar(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_t ldx) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t k = 0; k < K; ++k) xb[i * ldx + k] = x_to_bf16(x[i * K + k]);
+    std::fill(xb + i * ldx + K, xb + (i + 1) * ldx, uint16_t{0});
+  }
+}
+
+void bf16_rows_scalar(const uint16_t* xb, int64_t ldx, int64_t m, const WeightView& w, int64_t j0,
+                      int64_t j1, float* y, int64_t ldy) {
+  const int64_t K = w.cols;
+  std::vector<float> wrow(static_cast<size_t>(ldx), 0.0f);  // zero padding beyond K
+  for (int64_t j = j0; j < j1; ++j) {
+    row_to_f32(w, j, wrow.data());
+    for (int64_t k = 0; k < K; ++k) wrow[k] = flush_subnormal(wrow[k]);
+    for (int64_t i = 0; i < m; ++i) {
+      const uint16_t* xi = xb + i * ldx;
+      float p[kLanes] = {};
+      for (int64_t k = 0; k < ldx; k += kBf16Chunk)
+        for (int l = 0; l < kLanes; ++l) {
+          const int64_t odd = k + 2 * l + 1, even = k + 2 * l;
+          p[l] = bf16_dot_step(p[l], bf16_to_f32(xi[odd]), wrow[odd]);
+          p[l] = bf16_dot_step(p[l], bf16_to_f32(xi[even]), wrow[even]);
+        }
+      y[i * ldy + j] = reduce16_ftz(p);
+    }
+  }
+}
+
 IsaLevel hardware_isa_level() {
   const auto& f = cpu_features();
   if (!(f.avx2 && f.fma && f.f16c)) return IsaLevel::Scalar;
   if (!(f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq)) return IsaLevel::Avx2;
   return IsaLevel::Avx512;
+}
+
+Path hardware_path() {
+  if (hardware_isa_level() == IsaLevel::Avx512 && cpu_features().avx512bf16) return Path::Avx512Bf16;
+  return static_cast<Path>(hardware_isa_level());
+}
+
+Path path_for(IsaLevel isa) {
+  return isa == IsaLevel::Avx512 ? Path::Avx512Bf16 : static_cast<Path>(isa);
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::Scalar: return "scalar";
+    case Path::Avx2: return "avx2";
+    case Path::Avx512: return "avx512";
+    case Path::Avx512Bf16: return "avx512bf16";
+  }
+  return "?";
 }
 
 RowsKernel rows_kernel(IsaLevel isa) {
@@ -102,17 +154,30 @@ RowsKernel rows_kernel(IsaLevel isa) {
   return rows_scalar;
 }
 
-void matmul_isa(IsaLevel isa, const float* x, int64_t m, const WeightView& w, float* y,
-                ThreadPool* pool, int64_t min_macs_per_chunk) {
-  validate(w, m);
-  if (m == 0 || w.rows == 0) return;
-  if (w.cols == 0) {
-    std::fill(y, y + m * w.rows, 0.0f);
-    return;
-  }
-  const RowsKernel kernel = rows_kernel(isa);
-  if (!pool) pool = &ThreadPool::global();
+namespace {
 
+struct Bf16Kernels {
+  XToBf16 convert;
+  Bf16RowsKernel rows;
+};
+
+Bf16Kernels bf16_kernels(Path path) {
+#if defined(__x86_64__)
+  switch (path) {
+    case Path::Avx512Bf16: return {x_to_bf16_avx512, bf16_rows_avx512bf16};
+    case Path::Avx512: return {x_to_bf16_avx512, bf16_rows_avx512};
+    case Path::Avx2: return {x_to_bf16_avx2, bf16_rows_avx2};
+    case Path::Scalar: break;
+  }
+#endif
+  return {x_to_bf16_scalar, bf16_rows_scalar};
+}
+
+// Splits the output features of y[m, rows] into chunks for the pool; run(j0, j1) computes
+// y[..][j0..j1).
+template <class Run>
+void split_rows(int64_t m, const WeightView& w, ThreadPool* pool, int64_t min_macs_per_chunk,
+                const Run& run) {
   // Scheduling unit: 16 rows of W, so that each thread's range starts on a multiple of the
   // kernels' row panels. The grain keeps every chunk at >= 256K multiply-adds (512 KB of
   // BF16 weights, ~15 us, when m == 1), so that a worker's wake-up stays small against the
@@ -129,15 +194,83 @@ void matmul_isa(IsaLevel isa, const float* x, int64_t m, const WeightView& w, fl
       [&](size_t b0, size_t b1) {
         const int64_t j0 = static_cast<int64_t>(b0) * kBlock;
         const int64_t j1 = std::min<int64_t>(static_cast<int64_t>(b1) * kBlock, rows);
-        kernel(x, m, w, j0, j1, y, rows);
+        run(j0, j1);
       },
       static_cast<size_t>(grain));
 }
 
+// x rounded to BF16, one buffer per calling thread (the pool's workers only read it while
+// the call runs), grown to the largest call and reused, 64-byte aligned.
+uint16_t* bf16_scratch(size_t n) {
+  constexpr size_t kAlign = 32;  // elements = 64 bytes
+  thread_local std::vector<uint16_t> buf;
+  if (buf.size() < n + kAlign) buf.resize(n + kAlign);
+  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - addr % 64) % 64) / 2;
+}
+
+}  // namespace
+
+void matmul_path(Path path, MatmulPrecision prec, const float* x, int64_t m, const WeightView& w,
+                 float* y, ThreadPool* pool, int64_t min_macs_per_chunk) {
+  validate(w, m);
+  if (m == 0 || w.rows == 0) return;
+  if (w.cols == 0) {
+    std::fill(y, y + m * w.rows, 0.0f);
+    return;
+  }
+  if (static_cast<int>(path) > static_cast<int>(hardware_path())) path = hardware_path();
+  if (!pool) pool = &ThreadPool::global();
+  const int64_t rows = w.rows;
+  if (prec == MatmulPrecision::Bf16Dot && w.dtype == DType::BF16) {
+    const Bf16Kernels k = bf16_kernels(path);
+    const int64_t ldx = (w.cols + kBf16Chunk - 1) / kBf16Chunk * kBf16Chunk;
+    uint16_t* xb = bf16_scratch(static_cast<size_t>(m * ldx));
+    k.convert(x, m, w.cols, xb, ldx);
+    split_rows(m, w, pool, min_macs_per_chunk,
+               [&](int64_t j0, int64_t j1) { k.rows(xb, ldx, m, w, j0, j1, y, rows); });
+    return;
+  }
+  // Path::Avx512Bf16 is IsaLevel::Avx512 for F32 (the lowering above keeps it a valid ISA).
+  const RowsKernel kernel = rows_kernel(path == Path::Avx512Bf16 ? IsaLevel::Avx512 : static_cast<IsaLevel>(path));
+  split_rows(m, w, pool, min_macs_per_chunk, [&](int64_t j0, int64_t j1) { kernel(x, m, w, j0, j1, y, rows); });
+}
+
+void matmul_isa(IsaLevel isa, MatmulPrecision prec, const float* x, int64_t m, const WeightView& w,
+                float* y, ThreadPool* pool, int64_t min_macs_per_chunk) {
+  matmul_path(path_for(isa), prec, x, m, w, y, pool, min_macs_per_chunk);
+}
+
 }  // namespace matmul_detail
 
+namespace {
+
+// -1 until set_matmul_precision() is called.
+std::atomic<int> g_precision_set{-1};
+
+MatmulPrecision precision_from_env() {
+  static const MatmulPrecision p = [] {
+    const char* v = std::getenv("DSINFER_MATMUL");
+    if (!v || std::strcmp(v, "f32") == 0) return MatmulPrecision::F32;
+    check(std::strcmp(v, "bf16") == 0, std::string("DSINFER_MATMUL must be f32 or bf16, not '") + v + "'");
+    return MatmulPrecision::Bf16Dot;
+  }();
+  return p;
+}
+
+}  // namespace
+
+void set_matmul_precision(MatmulPrecision p) { g_precision_set.store(static_cast<int>(p), std::memory_order_relaxed); }
+
+MatmulPrecision matmul_precision() {
+  const int p = g_precision_set.load(std::memory_order_relaxed);
+  return p >= 0 ? static_cast<MatmulPrecision>(p) : precision_from_env();
+}
+
+const char* matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecision::Bf16Dot ? "bf16" : "f32"; }
+
 void matmul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool) {
-  matmul_detail::matmul_isa(isa_level(), x, m, w, y, pool);
+  matmul_detail::matmul_isa(isa_level(), matmul_precision(), x, m, w, y, pool);
 }
 
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {

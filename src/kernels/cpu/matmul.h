@@ -3,18 +3,29 @@
 // x is F32 row-major [m, in]; W is F32, BF16 or F16 (usually a pointer into the mmapped
 // safetensors); y is F32 row-major [m, out]. Accumulation is always F32.
 //
-// Batch invariance (the determinism contract): every y[i][j] is computed with the same
-// sequence of floating-point operations whatever m is, whichever rows share the call,
-// however the work is split across threads, and whether the matrix-vector (m == 1) or
-// the matrix-matrix (m > 1) path runs. Greedy speculative decoding is bit-identical to
-// plain decoding only because of this. The reduction order every path follows (16 fma
-// lanes over k, a fixed add tree, an in-order scalar tail) is written out in
-// matmul_internal.h; scalar, AVX2 and AVX-512 kernels give identical bits. Threads split
-// the output features, never the k reduction.
+// Two precisions (MatmulPrecision, process-wide, default F32):
+//  - F32: W converted to F32 (exact), F32 fma. Used for every F32/F16 W, and for BF16 W
+//    unless Bf16Dot is selected.
+//  - Bf16Dot (BF16 W only): each x row is rounded to BF16 once per call, and pairs of
+//    BF16 products are accumulated in F32 the way AVX512_BF16's vdpbf16ps does (products
+//    exact, denormals flushed). On CPUs with that instruction the m > 1 path does twice the
+//    multiply-adds per instruction; elsewhere an emulation gives the same bits. The cost is
+//    x's precision: 8 significant bits instead of 24, as llama.cpp's BF16 path.
+//
+// Batch invariance (the determinism contract): for a given precision, every y[i][j] is
+// computed with the same sequence of floating-point operations whatever m is, whichever
+// rows share the call, however the work is split across threads, and whether the
+// matrix-vector (m == 1) or the matrix-matrix (m > 1) path runs. Greedy speculative
+// decoding is bit-identical to plain decoding only because of this. The reduction order of
+// each precision is written out in matmul_internal.h; the scalar, AVX2 and AVX-512 kernels
+// (and, for Bf16Dot, the native AVX512_BF16 one) give identical bits. Threads split the
+// output features, never the k reduction. Switching the precision changes the bits, so do
+// it before decoding starts, not between a draft and its verification.
 //
 // Cost model: with m == 1 the call streams W once and runs at close to the memory
-// bandwidth (membw.h); m > 1 converts each W vector once and reuses it across up to 4 x
-// rows held in registers, so verifying 8 tokens costs about 2 decodes, not 8.
+// bandwidth (membw.h); m > 1 converts each W vector once and reuses it across 4-5 x rows
+// held in registers, so verifying 8 tokens costs about 4-5 decodes (F32), not 8, and
+// about 2 with Bf16Dot where the CPU has AVX512_BF16 (12M target shapes, Zen 5).
 #pragma once
 #include <cstdint>
 
@@ -31,8 +42,16 @@ struct WeightView {
   int64_t cols = 0;  // in features
 };
 
+enum class MatmulPrecision : uint8_t { F32, Bf16Dot };
+
+// The precision matmul() uses. Set by code, it wins; otherwise DSINFER_MATMUL=f32|bf16
+// (read once, on first use; any other value throws Error); otherwise F32.
+void set_matmul_precision(MatmulPrecision p);
+MatmulPrecision matmul_precision();
+const char* matmul_precision_name(MatmulPrecision p);  // "f32" or "bf16"
+
 // pool == nullptr uses ThreadPool::global(). x, y and W may have any alignment; y must not
-// alias x. Throws Error for a dtype other than F32/BF16/F16.
+// alias x. Throws Error for a dtype other than F32/BF16/F16. Uses matmul_precision().
 void matmul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool = nullptr);
 
 // Converts row `row` of W (w.cols elements) to F32 in `out` (used for embedding lookups).

@@ -1,5 +1,7 @@
-// dsinfer kernels: AVX-512 rows kernel for matmul (compiled with -mavx512f/bw/vl/dq; only
-// called when isa_level() says the CPU has them).
+// dsinfer kernels: AVX-512 rows kernels for matmul (compiled with -mavx512f/bw/vl/dq; only
+// called when isa_level() says the CPU has them): the F32 kernel, the AVX-512F emulation
+// of the Bf16Dot kernel (for CPUs without AVX512_BF16, and as a second implementation the
+// tests compare the native one against), and x -> BF16 rounding for both Bf16Dot kernels.
 //
 // One __m512 holds the 16 canonical partial sums of one y[i][j] (matmul_internal.h).
 // A tile computes R x rows times C W rows: per 16-wide k step it converts C W vectors to
@@ -7,7 +9,8 @@
 // read once per call whatever m is, and the m > 1 path does R*C fmas per R+C loads.
 // m == 1 (decode) uses a 1 x 12 tile: twelve independent fma chains hide fma latency and
 // twelve W rows stream in parallel. The order inside each reduction is the canonical one,
-// so tiles of any shape give the same bits.
+// so tiles of any shape give the same bits. A tile ends with reduce_lanes (all its sums
+// through the canonical tree at once, transposed) before the in-order scalar tail.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*() (`__Y = __Y`),
@@ -18,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/matmul_avx512_common.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace dsinfer::matmul_detail {
@@ -67,16 +71,6 @@ struct WLoad<DType::F16> {
   }
 };
 
-// Canonical tree (lane l + lane l+8, then +4, +2, +1), matching reduce16().
-inline float hsum16(__m512 v) {
-  __m256 lo = _mm512_castps512_ps256(v);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  __m256 q = _mm256_add_ps(lo, hi);
-  __m128 r = _mm_add_ps(_mm256_castps256_ps128(q), _mm256_extractf128_ps(q, 1));
-  __m128 s = _mm_add_ps(r, _mm_movehl_ps(r, r));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
 // y[r * ldy + c] for r < R, c < C: x rows start at x (stride K), W rows at w (stride
 // wstride bytes). With PF, the loop also prefetches the next C rows of W (the next panel,
 // contiguous in memory) at the rate this panel is consumed, so DRAM streams one sequential
@@ -107,9 +101,11 @@ inline void tile(const float* x, int64_t K, const char* w, int64_t wstride, floa
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
+  float sums[(R * C + 15) / 16 * 16];
+  reduce_lanes<R * C>(&acc[0][0], sums);
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
-      float s = hsum16(acc[r][c]);
+      float s = sums[r * C + c];
       const char* wr = w + c * wstride;
       for (int64_t k = K16; k < K; ++k) s = std::fma(x[r * K + k], L::at(wr, k), s);
       y[r * ldy + c] = s;
@@ -172,7 +168,64 @@ void rows_impl(const float* x, int64_t m, const WeightView& w, int64_t j0, int64
   }
 }
 
+// Bf16Dot step 1 with AVX-512F only: a 32-bit lane of a BF16 chunk holds the pair
+// (even element in the low half, odd in the high half); as F32, the odd one is the lane
+// with its low half cleared and the even one the lane shifted up. Two fmas, odd first,
+// under FTZ/DAZ are vdpbf16ps.
+struct EmulatedDot {
+  struct V {
+    __m512 odd, even;
+  };
+  static V prep(__m512i v) {
+    return {_mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))),
+            _mm512_castsi512_ps(_mm512_slli_epi32(v, 16))};
+  }
+  static __m512 madd(__m512 p, const V& x, const V& w) {
+    return _mm512_fmadd_ps(x.even, w.even, _mm512_fmadd_ps(x.odd, w.odd, p));
+  }
+};
+
+// x -> BF16 (matmul_internal.h step 0) for 16 floats: subnormals to signed zero, NaN
+// quieted, otherwise round to nearest even on the bit pattern, as f32_to_bf16.
+inline __m256i to_bf16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 sub = _mm512_cmplt_epu32_mask(abs, _mm512_set1_epi32(0x00800000));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
+}
+
+// Tile shapes of the emulation: a split W chunk takes two registers, so m > 1 uses 4 x 4
+// (16 accumulators + 8 W + 2 x).
+constexpr int kEmuDecodeC = 12;
+constexpr int kEmuR = 4;
+constexpr int kEmuC = 4;
+
 }  // namespace
+
+void x_to_bf16_avx512(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_t ldx) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * K;
+    uint16_t* out = xb + i * ldx;
+    // Masked loads: the last partial group reads only the row's own elements, and the
+    // padding (mask 0) converts zeros.
+    for (int64_t k = 0; k < ldx; k += 16) {
+      const int64_t n = K - k;
+      const __mmask16 mask = n >= 16 ? __mmask16(0xffff) : n > 0 ? __mmask16((1u << n) - 1) : __mmask16(0);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(out + k), to_bf16(_mm512_maskz_loadu_ps(mask, xi + k)));
+    }
+  }
+}
+
+void bf16_rows_avx512(const uint16_t* xb, int64_t ldx, int64_t m, const WeightView& w, int64_t j0, int64_t j1,
+                      float* y, int64_t ldy) {
+  FlushSubnormalsScope ftz;
+  bf16_rows_impl<EmulatedDot, kEmuDecodeC, kEmuR, kEmuC>(xb, ldx, m, w, j0, j1, y, ldy);
+}
 
 void rows_avx512(const float* x, int64_t m, const WeightView& w, int64_t j0, int64_t j1, float* y,
                  int64_t ldy) {

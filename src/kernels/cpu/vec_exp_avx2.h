@@ -1,5 +1,7 @@
-// dsinfer kernels: 8-wide F32 exp for AVX2/FMA translation units (*_avx2.cpp only: the
-// intrinsics need -mavx2 -mfma). Range reduction x = n·ln2 + r with ln2 split in two
+// dsinfer kernels: 8-wide F32 exp and fixed-order horizontal reductions for AVX2/FMA
+// translation units (*_avx2.cpp and *_avx512.cpp only: the intrinsics need -mavx2 -mfma;
+// everything here is static inline, so each of those files gets its own copy compiled
+// with its own flags). Range reduction x = n·ln2 + r with ln2 split in two
 // parts, a degree-6 polynomial for e^r on |r| <= ln2/2, and 2^n built in the exponent
 // bits. Max relative error about 2 ulp; inputs below -87.3 flush to 0 (softmax feeds it
 // only values <= 0, so overflow cannot occur there; it is clamped anyway).

@@ -1,0 +1,33 @@
+// dsinfer CLI: options shared by several subcommands (see commands.h).
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "kernels/cpu/matmul.h"
+
+namespace dsinfer::cli {
+
+void add_matmul_precision_option(CLI::App* sub, std::string* dest) {
+  sub->add_option("--matmul-precision", *dest,
+                  "Matmul arithmetic for BF16 weights: bf16 (activations rounded to BF16, fast), f32 (exact F32 "
+                  "activations), auto (DSINFER_MATMUL if set, else bf16)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+}
+
+void apply_matmul_precision(const std::string& value) {
+  if (value == "f32") {
+    set_matmul_precision(MatmulPrecision::F32);
+  } else if (value == "bf16") {
+    set_matmul_precision(MatmulPrecision::Bf16Dot);
+  } else if (value.empty() || value == "auto") {
+    const char* env = std::getenv("DSINFER_MATMUL");
+    if (!env || !*env) set_matmul_precision(MatmulPrecision::Bf16Dot);
+    // else: matmul_precision() reads DSINFER_MATMUL (and rejects bad values) itself.
+    (void)matmul_precision();
+  } else {
+    throw Error("--matmul-precision: '" + value + "' is not auto, f32 or bf16");
+  }
+}
+
+}  // namespace dsinfer::cli

@@ -1,0 +1,92 @@
+// dsinfer kernels: internals of attention shared by the per-ISA files, the tests and the
+// benchmark.
+//
+// Data flow: attention_isa() (attention.cpp) cuts every (block, KV head) into work items of
+// at most kMaxGroupVectors query vectors: vector r = row i * group + head-in-group, so the
+// group's heads of one row sit side by side and key counts are nondecreasing in r. A work
+// item is a QueryGroup; one thread attends it in four passes, with key blocks of about
+// 32 KB so the K (then V) rows being reused stay in L1:
+//   1. scores s[r][j] = (q_r·k_j) * scale, tiles of GroupKernels::score_tile vectors: each
+//      key row is loaded once per tile and multiplied into every vector's accumulators;
+//   2. per vector, exp_shifted_sum_avx2 (or its AVX-512 twin) over its own keys: the
+//      softmax numerators, in place;
+//   3. out_r = sum_j p[r][j] v_j, tiles of value_tile vectors: each value row is loaded once
+//      and fma'd into every vector's accumulators. A tile first takes the keys all of its
+//      vectors see, then the longer vectors continue alone (causal rows differ by one key
+//      per row), always in ascending key order; accumulators go through out_r between key
+//      blocks (a store and reload is exact);
+//   4. out_r *= 1 / sum_r.
+// At decode the K/V rows come from DRAM (the layer's weights evicted them since the last
+// token) and the passes are latency-bound: the first tile over a key block prefetches
+// the rows it will read a few keys ahead, the later tiles find them in L1.
+//
+// Bit-exactness with attend_row_avx2 (for head_dim % 8 == 0; other sizes run it per row):
+//  - a score is the same two 8-lane fma chains over head_dim (chunks 0, 2, 4, ... and
+//    1, 3, 5, ...), added, reduced as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), times scale.
+//    On AVX-512 one zmm chain over 16-float steps holds exactly those two chains (low and
+//    high halves), hence that kernel needs head_dim % 16 == 0 (else the AVX2 one runs);
+//  - the softmax is the same function (or its bit-identical AVX-512 twin) on the same scores;
+//  - each output lane is fma(p_j, v_j[lane], acc) for j = 0, 1, ... from acc = +0, then
+//    times 1/sum: lane-wise, so the vector width and the tiling do not change it. Keys a
+//    vector does not see are never folded in with p = 0: fma(0, v, acc) is not always acc
+//    (a -0 acc becomes +0, an inf or NaN v poisons it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace dsinfer::attention_detail {
+
+// Query vectors that read the same KV head, attended together.
+struct QueryGroup {
+  int n = 0;                        // number of query vectors, 1..kMaxGroupVectors
+  const float* const* q = nullptr;  // q[r]: head_dim floats
+  float* const* out = nullptr;      // out[r]: head_dim floats (must not alias q)
+  const int* n_keys = nullptr;      // vector r sees keys [0, n_keys[r]); >= 1, nondecreasing
+  const float* k = nullptr;         // key j at k + j * head_dim, j < n_keys[n - 1]
+  const float* v = nullptr;         // value j at v + j * head_dim
+  int head_dim = 0;
+  float scale = 1.0f;
+};
+
+inline constexpr int kMaxGroupVectors = 48;
+
+// The micro-kernels of one ISA; attend_group() (attention.cpp) drives them.
+struct GroupKernels {
+  int score_tile = 1;  // most vectors per scores() call
+  int value_tile = 1;  // most vectors per values() call
+  // s[r][j] for r < nq, j in [j0, j1): scores of query q[r] against key j.
+  // prefetch: this is the first tile over these keys (they may still be in DRAM), so
+  // software-prefetch the key rows a little ahead of the loads.
+  void (*scores)(int nq, const float* const* q, const float* k, int j0, int j1, int head_dim, float scale,
+                 float* const* s, bool prefetch);
+  // out[r] = (zero ? 0 : out[r]) + sum over j in [j0, j1), ascending, of p[r][j] * v_j.
+  void (*values)(int nq, const float* const* p, const float* v, int j0, int j1, int head_dim, float* const* out,
+                 bool zero, bool prefetch);
+  // exp_shifted_sum_avx2 or a bit-identical equivalent (softmax.h).
+  float (*exp_sum)(const float* x, float* e, int64_t n);
+  // out[i] *= inv for i < head_dim.
+  void (*scale_out)(float* out, int head_dim, float inv);
+};
+
+const GroupKernels& group_kernels_avx2();    // head_dim % 8 == 0
+const GroupKernels& group_kernels_avx512();  // head_dim % 16 == 0
+
+// The best level this CPU can run, ignoring DSINFER_ISA (tests iterate up to it).
+IsaLevel hardware_isa_level();
+
+// Floats of scratch attend_group() needs for g.
+size_t group_scratch_floats(const QueryGroup& g);
+// Attends every vector of g with the kernels `kern` (scratch: group_scratch_floats(g)).
+void attend_group(const GroupKernels& kern, const QueryGroup& g, float* scratch);
+
+// attention_causal() with an explicit ISA level (lowered to what the CPU can run) instead
+// of isa_level(), and an explicit cap on the vectors of one work item; tests use it to
+// compare paths in one process (DSINFER_ISA is read only once) and to force small blocks
+// to be split across work items and threads.
+void attention_isa(IsaLevel isa, const AttentionBlock* blocks, int n_blocks, int n_heads, int n_kv_heads,
+                   int head_dim, float scale, ThreadPool* pool, int max_vectors = kMaxGroupVectors);
+
+}  // namespace dsinfer::attention_detail
