@@ -4,8 +4,11 @@
 // reference's "append then crop to start" without the crop.
 //
 // Storage per (layer, KV head) is [rows][head_dim] with row 0 at absolute position
-// store_first_. A sliding window moves visible_begin_ forward; rows before it are dropped
-// by an occasional compaction (amortised O(1) per committed position).
+// store_first_, which is the cache layout attention_causal() reads: the block's attention
+// is one non-causal call (every block row sees the visible context and the whole block),
+// so the grouped kernel loads each visible K/V row once for all rows and heads of a group.
+// A sliding window moves visible_begin_ forward; rows before it are dropped by an
+// occasional compaction (amortised O(1) per committed position).
 #include "spec/dflash_backbone.h"
 
 #include <algorithm>
@@ -13,9 +16,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
@@ -146,9 +147,6 @@ void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out)
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int row0 = s.length_ - s.store_first_;       // block rows start here (temporary)
   const int vis0 = s.visible_begin_ - s.store_first_;  // first visible context row
-  const int n_keys = row0 - vis0 + bs_;
-  const bool avx2 = isa_level() >= IsaLevel::Avx2;
-  const int group = NH_ / NKV_;
   for (int l = 0; l < L_; ++l) {
     const Qwen3LayerWeights& W = layers_[l];
     qwen3_attention_inputs(W, dims_, x, B, cos_t, sin_t, h, q, k, v);
@@ -160,22 +158,20 @@ void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out)
         std::memcpy(kc + dst, k + i * NK + gq * D, D * sizeof(float));
         std::memcpy(vc + dst, v + i * NK + gq * D, D * sizeof(float));
       }
-    // Non-causal: every block query sees [visible context ; whole block]. One work item
-    // per (query, head), each computed start to end by one thread.
-    const size_t cap = static_cast<size_t>(s.cap_);
-    ThreadPool::global().parallel_for(static_cast<size_t>(bs_) * NH_, [&](size_t begin, size_t end) {
-      thread_local std::vector<float> scores;
-      if (scores.size() < static_cast<size_t>(n_keys)) scores.resize(n_keys);
-      for (size_t it = begin; it < end; ++it) {
-        const int i = static_cast<int>(it / NH_), hh = static_cast<int>(it % NH_), gq = hh / group;
-        const float* kg = kc + (gq * cap + vis0) * D_;
-        const float* vg = vc + (gq * cap + vis0) * D_;
-        const float* qi = q + i * NQ + int64_t{hh} * D;
-        float* o = att + i * NQ + int64_t{hh} * D;
-        if (avx2) attend_row_avx2(qi, kg, vg, n_keys, D_, scale, scores.data(), o);
-        else attend_row_scalar(qi, kg, vg, n_keys, D_, scale, scores.data(), o);
-      }
-    });
+    // Non-causal: every block query sees [visible context ; whole block], i.e. the block
+    // starts at key row row0 - vis0 of the visible range and sees all of itself.
+    AttentionBlock ab;
+    ab.q = q;
+    ab.q_stride = NQ;
+    ab.n_q = bs_;
+    ab.start_pos = row0 - vis0;
+    ab.causal = false;
+    ab.k = kc + static_cast<int64_t>(vis0) * D;
+    ab.v = vc + static_cast<int64_t>(vis0) * D;
+    ab.kv_head_stride = static_cast<int64_t>(s.cap_) * D;
+    ab.out = att;
+    ab.out_stride = NQ;
+    attention_causal(&ab, 1, NH_, NKV_, D_, scale);
     qwen3_attention_out_mlp(W, dims_, att, B, x, h, g, u, t);
   }
   rmsnorm(x, H, B, H, final_norm_.data(), eps_, out, H);
