@@ -43,7 +43,7 @@ std::string ids_arg(const json& prompt) {
 dsinfer_test::RunResult debug(const std::string& target, const std::string& draft, const std::string& ids,
                               std::vector<std::string> extra = {"--json"}) {
   std::vector<std::string> args = {"debug-dflash", "--model-path", target, "--draft-model-path", draft, "--prompt-ids", ids,
-                                   "--threads", "1"};
+                                   "--threads", "1", "--matmul-precision", "f32"};  // goldens: F32 reference arithmetic
   args.insert(args.end(), extra.begin(), extra.end());
   return run_dsinfer(args);
 }
