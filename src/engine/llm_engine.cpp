@@ -27,6 +27,11 @@ struct LLMEngine::Sequence {
   std::unique_ptr<OutputStream> out;
   SpecStats spec;
   bool finished = false;
+  // Drafting decision (DSpark policy): expected extra commits Σ a_j and verified drafts of
+  // the last step that drafted; steps skipped since.
+  double last_gain = 1e30;  // unknown: draft
+  int last_len = 0, skipped = 0;
+  int probe_interval = 8;  // skipped steps before a re-probe; doubles while probes do not pay (<= 64)
   // This step's work and output.
   DraftProposal prop;
   std::vector<int32_t> step_ids;
@@ -192,6 +197,50 @@ void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids) {
   s.step_text.clear();
 }
 
+std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) {
+  std::vector<bool> yes(dec.size(), true);
+  // Only the dspark policy with a verify-only SPS curve and a known draft cost decides: a
+  // request's drafter pass costs draft_ms whatever the scheduler then verifies, so under load
+  // drafting can cost more than it brings. Greedy on last step's gains (what drafting that
+  // request bought when it last drafted): take requests in decreasing gain while the step's
+  // expected throughput (R + Σ gain) / (k·t_draft + t_verify(R + Σ len)) grows. Any choice
+  // is lossless (it only decides which requests get drafts). A request left out re-probes
+  // after probe_interval skipped steps so its estimate stays current; the interval doubles
+  // (8 → 64) each time it is left out again right after a probe, and resets when selected.
+  if (opts_.policy != VerifyPolicy::DSpark || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
+  const int R = static_cast<int>(dec.size());
+  std::vector<int> order(dec.size());
+  for (int i = 0; i < R; ++i) order[static_cast<size_t>(i)] = i;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return dec[a]->last_gain > dec[b]->last_gain; });
+  auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  double gain = 0, best = R / t_verify(R);
+  int len = 0, k = 0;
+  for (; k < R; ++k) {
+    const Sequence* s = dec[static_cast<size_t>(order[static_cast<size_t>(k)])];
+    if (s->last_gain >= 1e29 || s->skipped >= s->probe_interval) continue;  // forced probes
+    const double g = gain + s->last_gain;
+    const int l = len + s->last_len;
+    const double theta = (R + g) / ((k + 1) * opts_.draft_ms_per_request + t_verify(R + l));
+    if (!(theta > best)) break;
+    best = theta;
+    gain = g;
+    len = l;
+  }
+  for (int i = 0; i < R; ++i) {
+    Sequence* s = dec[static_cast<size_t>(order[static_cast<size_t>(i)])];
+    const bool probe = s->last_gain >= 1e29 || s->skipped >= s->probe_interval;
+    const bool chosen = i < k && !probe;
+    yes[static_cast<size_t>(order[static_cast<size_t>(i)])] = chosen || probe;
+    if (chosen) {
+      s->probe_interval = 8;
+    } else if (!probe && s->skipped == 0 && s->last_gain < 1e29) {
+      s->probe_interval = std::min(64, s->probe_interval * 2);  // left out right after a probe
+    }
+    s->skipped = (chosen || probe) ? 0 : s->skipped + 1;
+  }
+  return yes;
+}
+
 bool LLMEngine::step() {
   std::lock_guard<std::mutex> step_lock(step_mu_);
   take_inbox();
@@ -213,10 +262,12 @@ bool LLMEngine::step() {
   std::vector<Sequence*> dec;
   for (auto& s : running_)
     if (s->decoding) dec.push_back(s.get());
-  for (Sequence* s : dec) {
+  const std::vector<bool> drafts = choose_drafting(dec);
+  for (size_t r = 0; r < dec.size(); ++r) {
+    Sequence* s = dec[r];
     s->prop = DraftProposal{};
     const int n_max = std::min(max_drafts_, s->out->remaining() - 1);
-    if (s->draft && n_max > 0) {
+    if (s->draft && n_max > 0 && drafts[r]) {
       if (!s->pending_tokens.empty()) {
         opts_.drafter->commit_context(*s->draft, s->pending_tokens.data(),
                                       feat_ ? s->pending_hidden.data() : nullptr,
@@ -254,6 +305,13 @@ bool LLMEngine::step() {
     DraftProposal& p = dec[r]->prop;
     const size_t n0 = p.tokens.size();
     const size_t n = static_cast<size_t>(sched.lengths[r]);
+    if (drafts[r] && opts_.policy == VerifyPolicy::DSpark) {
+      // What drafting this request bought this step: expected extra commits and verify rows.
+      double g = 0;
+      for (size_t j = 0; j < n && j < survivals[r].size(); ++j) g += survivals[r][j];
+      dec[r]->last_gain = g;
+      dec[r]->last_len = static_cast<int>(n);
+    }
     if (n < n0) {
       if (!p.q.empty()) p.q.resize(n * static_cast<size_t>(V));
       p.tokens.resize(n);
@@ -326,10 +384,10 @@ bool LLMEngine::step() {
       r.accepted = v.accepted;
       std::vector<int32_t> toks(s.prop.tokens.begin(), s.prop.tokens.begin() + v.accepted);
       toks.push_back(v.next_token);
-      if (s.draft) {
-        s.pending_tokens.assign(1, s.anchor);
+      if (s.draft) {  // appended: a step that skipped drafting did not flush the previous ones
+        s.pending_tokens.push_back(s.anchor);
         s.pending_tokens.insert(s.pending_tokens.end(), toks.begin(), toks.end() - 1);
-        if (feat_) s.pending_hidden.assign(hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
+        if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
       }
       s.anchor = v.next_token;
       const size_t before = s.out->ids().size();

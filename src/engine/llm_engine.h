@@ -123,6 +123,8 @@ class LLMEngine {
   void admit();
   void finish(Sequence& s, const std::string& reason, const std::string& error = {});
   void emit_tokens(Sequence& s, const std::vector<int32_t>& ids);
+  // Which decoding requests get a drafter pass this step (see llm_engine.cpp).
+  std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec);
 
   Model& model_;
   EngineOptions opts_;

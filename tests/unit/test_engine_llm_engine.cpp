@@ -143,6 +143,11 @@ TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
   o.validation_threshold = 0.0f;
   o.sps = &sps;
   expect_lossless(o, "dspark scheduler");
+  // A large per-request draft cost makes the engine skip drafting for most requests on most
+  // steps (committed context piles up and is flushed when a request drafts again): still
+  // exactly plain greedy.
+  o.draft_ms_per_request = 5.0;
+  expect_lossless(o, "dspark scheduler, drafting chosen per step");
 }
 
 TEST(LLMEngine, CancelFreesTheSlotAndOthersFinish) {
