@@ -90,7 +90,8 @@ def main():
                 drafts.append(x)
                 prev = x
         out = subprocess.run([a.dsinfer, "debug-dflash", "--model-path", a.target, "--draft-model-path", dd,
-                              "--prompt-ids", a.prompt_ids, "--json", "--threads", "1"],
+                              "--prompt-ids", a.prompt_ids, "--json", "--threads", "1",
+                              "--matmul-precision", "f32"],  # the reference computes in F32
                              capture_output=True, text=True)
         if out.returncode != 0:
             print(f"{dd}: dsinfer failed: {out.stderr.strip()[:300]}")
