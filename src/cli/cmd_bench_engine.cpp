@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -28,6 +27,7 @@
 #include "engine/sps_profile.h"
 #include "model/model.h"
 #include "spec/calibration.h"
+#include "spec/calibration_runner.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
 #include "spec/prefix_scheduler.h"
@@ -94,28 +94,11 @@ int run_bench_engine(const BenchEngineArgs& a) {
     drafter = load_drafter(a.draft_model_path, *model);
     cal = load_calibration(a.draft_model_path);
   }
-  std::vector<std::vector<int32_t>> prompts;
-  {
-    std::ifstream in(a.prompts_path);
-    if (!in) throw Error("--prompts: cannot open '" + a.prompts_path + "'");
-    int line_no = 0;
-    for (std::string line; std::getline(in, line);) {
-      ++line_no;
-      if (line.empty()) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const std::exception&) {
-        throw Error(a.prompts_path + ":" + std::to_string(line_no) + ": not JSON");
-      }
-      if (!j.contains("prompt") || !j["prompt"].is_string())
-        throw Error(a.prompts_path + ":" + std::to_string(line_no) + ": field 'prompt' missing or not a string");
-      auto ids = tok->encode(j["prompt"].get<std::string>(), false);
-      if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
-      if (!ids.empty()) prompts.push_back(std::move(ids));
-    }
-    if (prompts.empty()) throw Error("--prompts: no prompts in '" + a.prompts_path + "'");
-  }
+  // The same JSON-lines format as `dsinfer calibrate`: {"prompt": text} or {"prompt_ids": [...]}.
+  std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(
+      a.prompts_path, model->config().vocab_size, [&](const std::string& t) { return tok->encode(t, false); });
+  for (auto& ids : prompts)
+    if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
 
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
   std::optional<SpsTable> sps;
@@ -236,7 +219,7 @@ Runner register_bench_engine(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench-engine", "Offline throughput of the batched engine over concurrency and verify policies");
   sub->add_option("--model-path", a->model_path, "Target model directory")->required();
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
-  sub->add_option("--prompts", a->prompts_path, "JSON lines with a 'prompt' field")->required();
+  sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
   sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark");
   sub->add_option("--max-tokens", a->max_tokens, "New tokens per request")->check(CLI::Range(1, 1 << 20));

@@ -99,6 +99,14 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(path + ": cannot open for writing");
+  out << text;
+  out.flush();
+  if (!out) throw Error(path + ": write failed");
+}
+
 bool file_exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;

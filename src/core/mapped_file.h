@@ -42,6 +42,8 @@ class MappedFile {
 
 // Reads a whole (small) text file; throws Error naming the path.
 std::string read_text_file(const std::string& path);
+// Writes (truncates) a whole text file; throws Error naming the path.
+void write_text_file(const std::string& path, const std::string& text);
 bool file_exists(const std::string& path);
 
 }  // namespace dsinfer

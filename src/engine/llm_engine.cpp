@@ -278,7 +278,6 @@ bool LLMEngine::step() {
       s->prop = opts_.drafter->propose(*s->draft, s->anchor, n_max, s->req.sampling, s->rng);
     }
   }
-  std::vector<int> keep(dec.size());
   Survivals survivals(dec.size());
   ScheduleCaps caps;
   caps.max_batch_tokens = opts_.max_batch_tokens;
@@ -312,10 +311,7 @@ bool LLMEngine::step() {
       dec[r]->last_gain = g;
       dec[r]->last_len = static_cast<int>(n);
     }
-    if (n < n0) {
-      if (!p.q.empty()) p.q.resize(n * static_cast<size_t>(V));
-      p.tokens.resize(n);
-    }
+    keep_first_drafts(p, n);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.drafted_tokens += n0;
     stats_.verified_draft_tokens += n;

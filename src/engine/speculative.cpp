@@ -153,10 +153,7 @@ SpecRound& SpecDecoder::round(int max_new) {
       caps.per_request.push_back(RequestCaps{keep, -1, -1});
       keep = schedule_greedy({survival}, *opts_.sps, caps).lengths[0];
     }
-    prop.tokens.resize(static_cast<size_t>(keep));
-    if (!prop.q.empty()) prop.q.resize(static_cast<size_t>(keep) * (prop.q.size() / static_cast<size_t>(r.drafted)));
-    prop.confidence.resize(std::min(prop.confidence.size(), static_cast<size_t>(keep)));
-    prop.confidence_logits.resize(static_cast<size_t>(keep));
+    keep_first_drafts(prop, static_cast<size_t>(keep));
   }
   const int n = static_cast<int>(prop.tokens.size());
   r.draft_ms = ms_since(t0);

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -403,14 +402,7 @@ Calibration parse_calibration(const std::string& text, const std::string& file) 
   return c;
 }
 
-void write_calibration(const std::string& path, const Calibration& c) {
-  const std::string text = calibration_to_json(c);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(path + ": cannot open for writing");
-  out << text;
-  out.flush();
-  if (!out) throw Error(path + ": write failed");
-}
+void write_calibration(const std::string& path, const Calibration& c) { write_text_file(path, calibration_to_json(c)); }
 
 Calibration read_calibration(const std::string& path) { return parse_calibration(read_text_file(path), path); }
 

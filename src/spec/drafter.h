@@ -55,6 +55,10 @@ struct DrafterInfo {
   bool confidence_head = false;
 };
 
+// Keeps the first n drafts of a proposal (tokens, their q rows, confidences); n <= size.
+// Verifying a prefix of the drafts is lossless; this is how every verify policy applies.
+void keep_first_drafts(DraftProposal& p, size_t n);
+
 class Drafter {
  public:
   virtual ~Drafter() = default;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -235,14 +234,7 @@ SpsTable parse_sps_table(const std::string& text, const std::string& file) {
   return SpsTable(std::move(points), std::move(model_hash), std::move(machine));
 }
 
-void write_sps_table(const std::string& path, const SpsTable& t) {
-  const std::string text = sps_table_to_json(t);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error(path + ": cannot open for writing");
-  out << text;
-  out.flush();
-  if (!out) throw Error(path + ": write failed");
-}
+void write_sps_table(const std::string& path, const SpsTable& t) { write_text_file(path, sps_table_to_json(t)); }
 
 SpsTable read_sps_table(const std::string& path) { return parse_sps_table(read_text_file(path), path); }
 

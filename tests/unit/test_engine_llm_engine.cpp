@@ -103,7 +103,9 @@ void expect_lossless(const EngineOptions& opts, const char* what) {
   EXPECT_EQ(st.requests_finished, f.cases.size());
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.waiting, 0);
-  if (opts.drafter) EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
+  if (opts.drafter) {
+    EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
+  }
 }
 
 }  // namespace
