@@ -160,17 +160,17 @@ SpecRound& SpecDecoder::round(int max_new) {
 
   // Verify: one forward over [anchor, d_1..d_n], logits of every row.
   auto t1 = Clock::now();
-  ForwardBatch batch;
+  ForwardBatch& batch = batch_;
   batch.capture_layers = capture_;
   batch.entries.resize(1);
   ForwardEntry& e = batch.entries[0];
   e.slot = 0;
-  e.tokens.reserve(static_cast<size_t>(n) + 1);
+  e.tokens.clear();
   e.tokens.push_back(anchor_);
   e.tokens.insert(e.tokens.end(), prop.tokens.begin(), prop.tokens.end());
   e.logit_rows.resize(static_cast<size_t>(n) + 1);
   for (int i = 0; i <= n; ++i) e.logit_rows[static_cast<size_t>(i)] = i;
-  ForwardOutput out;
+  ForwardOutput& out = out_;
   model_.forward(*kv_, batch, out);
   VerifyResult v = verify_drafts(out.logits.data(), out.vocab_size, prop.tokens, prop.q, params_, rng_);
   // Roll back: keep the anchor and the accepted drafts; the next token is the next anchor.

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "model/model.h"
 #include "sampling/sampler.h"
 #include "spec/drafter.h"
 
@@ -132,6 +133,10 @@ class SpecDecoder {
   std::vector<int32_t> pending_tokens_;
   std::vector<float> pending_hidden_;
   SpecRound rec_;
+  // Kept across rounds: a verify step's logits (up to (block + 1) x vocab floats) and captured
+  // rows are reused instead of allocated and zero-filled every round.
+  ForwardBatch batch_;
+  ForwardOutput out_;
 };
 
 }  // namespace dsinfer

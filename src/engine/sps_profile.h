@@ -4,9 +4,10 @@
 //
 // Data flow: profile_sps builds a deterministic dummy context of `context` tokens, prefills it
 // (capturing the drafter's layers), commits it to a draft sequence, then times
-//   t_draft   = one drafter proposal of the full block at that context (median of reps)
+//   t_draft   = one drafter proposal of the full block at that context (fastest of reps)
 //   t_verify(B) = one target forward of B tokens appended at that context, logits for every
-//                 row, the drafter's layers captured, rolled back after (median of reps)
+//                 row, the drafter's layers captured, rolled back after (fastest of reps,
+//                 the points interleaved, then made non-decreasing in B by pooling)
 // for B = 1..max_batch_tokens, and returns SPS(B) = 1 / (t_draft + t_verify(B)): at batch 1
 // the draft runs before every verify whatever length the scheduler picks, so it belongs to
 // the step. Without a drafter t_draft = 0.
@@ -28,13 +29,17 @@ struct SpsProfileOptions {
   int max_batch_tokens = 9;  // B = 1..this (block + anchor at batch 1)
   std::vector<int> points;   // instead: exactly these B (increasing), e.g. powers of two
   int context = 512;         // committed positions before the timed step
-  int repeats = 5;           // timed repetitions per point (median kept), after one warm-up
+  int repeats = 7;           // timed repetitions per point (fastest kept), after one warm-up
   bool include_draft = true; // add t_draft to every point (batch 1: one draft per step)
 };
 
 // draft_ms (optional): the measured t_draft (0 without a drafter).
 SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOptions& opts = {},
                      double* draft_ms = nullptr);
+
+// Isotonic regression (pool adjacent violators): the non-decreasing sequence closest to y
+// in least squares. Used on measured t_verify(B), which physically cannot fall as B grows.
+std::vector<double> monotone_nondecreasing(const std::vector<double>& y);
 
 // SPS(B) of a batched step that drafts for `requests` requests (each costing draft_ms) and
 // verifies B tokens: 1 / (requests * draft_ms + t_verify(B)), from a verify-only table.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/qwen3_layer.h"
 #include "model/weights.h"
 
 namespace dsinfer {
@@ -44,13 +45,14 @@ DraftProposal DeepSpecDrafter::run(DraftContext& seq, int32_t anchor, int n, con
   if (anchor < 0 || anchor >= V_)
     throw Error("dspark propose: anchor token " + std::to_string(anchor) + " outside the vocabulary [0, " + std::to_string(V_) + ")");
   const int bs = info_.block_size, H = backbone_->hidden();
-  std::vector<float> emb(static_cast<size_t>(bs) * H), out(static_cast<size_t>(bs) * H);
-  weight_row_to_f32(embed_, anchor, emb.data());
-  for (int i = 1; i < bs; ++i) weight_row_to_f32(embed_, info_.mask_token_id, emb.data() + static_cast<size_t>(i) * H);
-  backbone_->forward_block(seq, emb.data(), out.data());
+  float* emb = grow(seq.ws_emb, static_cast<size_t>(bs) * H);
+  float* out = grow(seq.ws_out, static_cast<size_t>(bs) * H);
+  weight_row_to_f32(embed_, anchor, emb);
+  for (int i = 1; i < bs; ++i) weight_row_to_f32(embed_, info_.mask_token_id, emb + static_cast<size_t>(i) * H);
+  backbone_->forward_block(seq, emb, out);
   // Base logits of the positions we draft (one matmul over n rows).
-  std::vector<float> base(static_cast<size_t>(n) * V_);
-  matmul(out.data(), n, lm_head_, base.data());
+  float* base = grow(seq.ws_base, static_cast<size_t>(n) * V_);
+  matmul(out, n, lm_head_, base);
 
   DraftProposal p;
   p.tokens.resize(n);
@@ -65,23 +67,25 @@ DraftProposal DeepSpecDrafter::run(DraftContext& seq, int32_t anchor, int n, con
     dbg->hidden = H;
     dbg->vocab = V_;
     dbg->n = n;
-    dbg->backbone_out = out;
-    dbg->base_logits = base;
+    dbg->backbone_out.assign(out, out + static_cast<size_t>(bs) * H);
+    dbg->base_logits.assign(base, base + static_cast<size_t>(n) * V_);
     if (markov_) dbg->markov_bias.resize(static_cast<size_t>(n) * V_);
     dbg->draft_logits.resize(static_cast<size_t>(n) * V_);
   }
-  std::vector<float> state, bias(markov_ ? V_ : 0), logits(V_), probs;
+  std::vector<float> state, probs;
+  float* bias = markov_ ? grow(seq.ws_bias, V_) : nullptr;
+  float* logits = grow(seq.ws_logits, V_);
   std::vector<float> e(markov_ ? markov_->rank() : 0);
   if (markov_) markov_->reset(state);
   int32_t prev = anchor;
   for (int k = 0; k < n; ++k) {
-    const float* h = out.data() + static_cast<size_t>(k) * H;
-    const float* u = base.data() + static_cast<size_t>(k) * V_;
+    const float* h = out + static_cast<size_t>(k) * H;
+    const float* u = base + static_cast<size_t>(k) * V_;
     if (markov_) {
-      markov_->bias(prev, h, state, bias.data(), e.data());
+      markov_->bias(prev, h, state, bias, e.data());
       for (int j = 0; j < V_; ++j) logits[j] = u[j] + bias[j];
     } else {
-      std::copy(u, u + V_, logits.begin());
+      std::copy(u, u + V_, logits);
     }
     // The confidence of slot k conditions on x_{k-1} only (non-anticipating).
     if (conf_) {
@@ -89,14 +93,14 @@ DraftProposal DeepSpecDrafter::run(DraftContext& seq, int32_t anchor, int n, con
       p.confidence_logits[k] = z;
       p.confidence[k] = ConfidenceHead::sigmoid(z);
     }
-    const int32_t x = draw_draft_token(logits.data(), V_, params, rng, probs);
+    const int32_t x = draw_draft_token(logits, V_, params, rng, probs);
     p.tokens[k] = x;
     if (!greedy) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<size_t>(k) * V_);
     if (dbg) {
-      if (markov_) std::copy(bias.begin(), bias.end(), dbg->markov_bias.begin() + static_cast<size_t>(k) * V_);
-      std::copy(logits.begin(), logits.end(), dbg->draft_logits.begin() + static_cast<size_t>(k) * V_);
+      if (markov_) std::copy(bias, bias + V_, dbg->markov_bias.begin() + static_cast<size_t>(k) * V_);
+      std::copy(logits, logits + V_, dbg->draft_logits.begin() + static_cast<size_t>(k) * V_);
       dbg->draft_ids.push_back(x);
-      dbg->draft_logprobs.push_back(log_softmax_at(logits.data(), V_, x));
+      dbg->draft_logprobs.push_back(log_softmax_at(logits, V_, x));
     }
     prev = x;
   }

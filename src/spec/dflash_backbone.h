@@ -51,6 +51,9 @@ class DraftContext final : public DraftSequence {
   // Workspace reused across calls (owned here so Drafter methods stay const and
   // sequences are independent).
   std::vector<float> ws_ctx, ws_x, ws_h, ws_q, ws_k, ws_v, ws_att, ws_g, ws_u, ws_t, ws_cos, ws_sin;
+  // The drafter's own per-round buffers (block embeddings and outputs, base logits, one
+  // position's logits and Markov bias): grown once, reused every round.
+  std::vector<float> ws_emb, ws_out, ws_base, ws_logits, ws_bias;
   std::vector<int32_t> ws_pos;
 };
 

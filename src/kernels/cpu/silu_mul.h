@@ -5,7 +5,10 @@
 
 namespace dsinfer {
 
-// out may alias gate or up.
+// out may alias gate or up. Dispatches on isa_level(): the AVX2 path (also taken on AVX-512
+// CPUs) or the scalar reference.
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
+void silu_mul_scalar(const float* gate, const float* up, float* out, int64_t n);
+void silu_mul_avx2(const float* gate, const float* up, float* out, int64_t n);  // needs AVX2+FMA
 
 }  // namespace dsinfer

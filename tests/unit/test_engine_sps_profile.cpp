@@ -1,0 +1,87 @@
+// Tests of the SPS(B) profiler's fitting (engine/sps_profile.h):
+// - monotone_nondecreasing is the least-squares isotonic fit (checked against a brute force
+//   over a fine grid on small cases, and its defining properties on random ones);
+// - profile_sps on the embedded target + DSpark drafter returns a curve whose step time
+//   never falls as B grows, whatever the machine's load did to single repetitions.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "engine/sps_profile.h"
+#include "model/model.h"
+#include "model/weights.h"
+#include "spec/drafter.h"
+#include "spec/drafter_loader.h"
+
+namespace dsinfer {
+namespace {
+
+double sq_err(const std::vector<double>& a, const std::vector<double>& b) {
+  double e = 0;
+  for (size_t i = 0; i < a.size(); ++i) e += (a[i] - b[i]) * (a[i] - b[i]);
+  return e;
+}
+
+TEST(SpsProfile, IsotonicFitKeepsMonotoneInput) {
+  const std::vector<double> y = {1.0, 1.0, 2.5, 3.0, 7.0};
+  EXPECT_EQ(monotone_nondecreasing(y), y);
+  EXPECT_TRUE(monotone_nondecreasing({}).empty());
+}
+
+TEST(SpsProfile, IsotonicFitPoolsViolators) {
+  // 3, 1 pool to 2, 2; then 2, 2, 0.5 ... pool to the mean of the block.
+  const std::vector<double> fit = monotone_nondecreasing({3.0, 1.0, 5.0});
+  ASSERT_EQ(fit.size(), 3u);
+  EXPECT_DOUBLE_EQ(fit[0], 2.0);
+  EXPECT_DOUBLE_EQ(fit[1], 2.0);
+  EXPECT_DOUBLE_EQ(fit[2], 5.0);
+  const std::vector<double> fit2 = monotone_nondecreasing({4.0, 3.0, 2.0});
+  for (double v : fit2) EXPECT_DOUBLE_EQ(v, 3.0);
+}
+
+TEST(SpsProfile, IsotonicFitIsTheLeastSquaresMonotoneSequence) {
+  // Brute force over monotone sequences on a 0.25 grid (values 0..4, length 4): the PAVA
+  // fit must be monotone and no grid sequence may be closer to y.
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> q(0, 16);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<double> y(4);
+    for (double& v : y) v = q(rng) * 0.25;
+    const std::vector<double> fit = monotone_nondecreasing(y);
+    ASSERT_EQ(fit.size(), y.size());
+    for (size_t i = 1; i < fit.size(); ++i) EXPECT_LE(fit[i - 1], fit[i] + 1e-12);
+    double best = 1e300;
+    for (int a = 0; a <= 16; ++a)
+      for (int b = a; b <= 16; ++b)
+        for (int c = b; c <= 16; ++c)
+          for (int d = c; d <= 16; ++d)
+            best = std::min(best, sq_err(y, {a * 0.25, b * 0.25, c * 0.25, d * 0.25}));
+    EXPECT_LE(sq_err(y, fit), best + 1e-12) << "trial " << trial;
+  }
+}
+
+TEST(SpsProfile, ProfiledStepTimeNeverFallsWithB) {
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+  if (!std::filesystem::exists(root + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped drafter";
+  auto target = load_model(root + "/target");
+  auto drafter = load_drafter(root + "/dspark", *target);
+  SpsProfileOptions opts;
+  opts.max_batch_tokens = 9;
+  opts.context = 96;
+  opts.repeats = 2;
+  double draft_ms = -1;
+  const SpsTable t = profile_sps(*target, drafter.get(), opts, &draft_ms);
+  EXPECT_GT(draft_ms, 0.0);
+  ASSERT_EQ(t.points().size(), 9u);
+  for (size_t i = 0; i < t.points().size(); ++i) {
+    EXPECT_EQ(t.points()[i].batch_tokens, static_cast<int>(i) + 1);
+    EXPECT_TRUE(std::isfinite(t.points()[i].sps) && t.points()[i].sps > 0);
+    if (i) EXPECT_LE(t.points()[i].sps, t.points()[i - 1].sps * (1 + 1e-12));
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer
