@@ -103,7 +103,12 @@ ModelConfig load_model_config(const std::string& model_dir) {
 
   c.vocab_size = f.int_req("vocab_size", 1, 1 << 24);
   c.hidden_size = f.int_req("hidden_size", 1, 1 << 16);
-  c.intermediate_size = f.int_req("intermediate_size", 1, 1 << 20);
+  // DeepSeek-V4 configs name the (expert) width moe_intermediate_size; transformers aliases
+  // intermediate_size to it.
+  if (c.model_type == "deepseek_v4" && !f.has("intermediate_size"))
+    c.intermediate_size = f.int_req("moe_intermediate_size", 1, 1 << 20);
+  else
+    c.intermediate_size = f.int_req("intermediate_size", 1, 1 << 20);
   c.num_hidden_layers = f.int_req("num_hidden_layers", 1, 4096);
   c.num_attention_heads = f.int_req("num_attention_heads", 1, 4096);
   c.num_key_value_heads = f.int_opt("num_key_value_heads", c.num_attention_heads, 1, 4096);

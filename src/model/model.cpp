@@ -4,6 +4,7 @@
 #include "model/model.h"
 
 #include "core/error.h"
+#include "model/deepseek_v4.h"
 #include "model/qwen3.h"
 
 namespace dsinfer {
@@ -12,9 +13,11 @@ std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOption
   ModelConfig cfg = load_model_config(model_dir);
   const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
   if (qwen3) return load_qwen3(cfg, opts);
+  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  if (v4) return load_deepseek_v4(cfg, opts);
   const std::string got = cfg.architecture.empty() ? "model_type '" + cfg.model_type + "'" : "'" + cfg.architecture + "'";
   throw Error(model_dir + "/config.json: field 'architectures': unsupported architecture " + got +
-              " (supported: Qwen3ForCausalLM)");
+              " (supported: Qwen3ForCausalLM, DeepseekV4ForCausalLM)");
 }
 
 }  // namespace dsinfer

@@ -1,0 +1,26 @@
+// dsinfer model floor: the DeepSeek-V4 architecture (DeepseekV4ForCausalLM, model_type
+// deepseek_v4) behind the common Model interface.
+//
+// Data flow of forward(): all new tokens of all batch entries are embedded into one
+// [T, D] matrix and copied into n_hc residual streams X [T, n_hc, D]. Per layer:
+// mHC site → input norm → attention (deepseek_v4_attention: window + CSA/HCA branches,
+// reading and extending the sequence's V4State) → mHC mix-back; mHC site → post-attention
+// norm → MoE (deepseek_v4_moe) → mHC mix-back. Then the hc_head collapse, the final norm
+// and the LM head over only the rows whose logits were asked for. Linear layers are single
+// matmuls over every row of every sequence; attention and compression are per sequence.
+// The decoding state is V4State (deepseek_v4_state.h), whose truncate() is exact, so
+// speculative verification and rollback work as for Qwen3.
+#pragma once
+#include <memory>
+
+#include "model/deepseek_v4_config.h"
+#include "model/model.h"
+
+namespace dsinfer {
+
+std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOptions& opts);
+
+// The parsed V4 configuration of a model built by load_deepseek_v4 (nullptr otherwise).
+const DeepseekV4Config* deepseek_v4_config(const Model& m);
+
+}  // namespace dsinfer

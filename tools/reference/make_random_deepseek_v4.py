@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Writes a random-weight DeepSeek-V4 checkpoint (config.json + model.safetensors) for speed
+measurements on machines without torch or numpy (pure Python, standard library only).
+
+The default shape is DeepSeek-V4-Flash's architecture scaled down to fit a small CPU:
+Flash's layer schedule (2 sliding layers, then CSA/HCA alternating, rates 4/128, window 128),
+3 hash-routed MoE layers, mHC with 4 streams, YaRN compress RoPE, 1/8 partial rotary, FP-free
+BF16 matrices. Values are a tiled pool of N(0, 1/fan_in) BF16 numbers (random-looking, finite,
+cheap to produce); they are NOT meaningful weights, only the byte traffic and the arithmetic are.
+
+Usage: python3 tools/reference/make_random_deepseek_v4.py OUT_DIR [--layers 8] [--hidden 1024] ...
+Then: dsinfer generate --model-path OUT_DIR --prompt-ids 1,2,3 --max-tokens 64 --json
+"""
+import argparse
+import json
+import math
+import os
+import random
+import struct
+
+
+def bf16_pool(n, std, rng):
+    out = bytearray(2 * n)
+    for i in range(n):
+        f = struct.pack("<f", rng.gauss(0.0, std))
+        out[2 * i:2 * i + 2] = f[2:4]  # truncate to BF16 (fine for random data)
+    return bytes(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--q-lora", type=int, default=256)
+    ap.add_argument("--o-groups", type=int, default=4)
+    ap.add_argument("--o-lora", type=int, default=256)
+    ap.add_argument("--experts", type=int, default=32)
+    ap.add_argument("--top-k", type=int, default=4)
+    ap.add_argument("--moe-inter", type=int, default=256)
+    ap.add_argument("--index-heads", type=int, default=8)
+    ap.add_argument("--index-head-dim", type=int, default=64)
+    ap.add_argument("--index-topk", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    os.makedirs(a.out, exist_ok=True)
+    L, D, V, H, d = a.layers, a.hidden, a.vocab, a.heads, a.head_dim
+    ratios = [0, 0] + [4 if i % 2 == 0 else 128 for i in range(L - 2)] + [4]  # Flash rule, + the MTP entry
+    cfg = dict(architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4", vocab_size=V, hidden_size=D,
+               num_hidden_layers=L, num_attention_heads=H, num_key_value_heads=1, head_dim=d,
+               qk_rope_head_dim=d // 8, q_lora_rank=a.q_lora, o_groups=a.o_groups, o_lora_rank=a.o_lora,
+               n_routed_experts=a.experts, num_experts_per_tok=a.top_k, moe_intermediate_size=a.moe_inter,
+               n_shared_experts=1, routed_scaling_factor=1.5, swiglu_limit=10.0, scoring_func="sqrtsoftplus",
+               sliding_window=128, index_n_heads=a.index_heads, index_head_dim=a.index_head_dim,
+               index_topk=a.index_topk, hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6,
+               rope_theta=10000.0, compress_rope_theta=160000.0, compress_ratios=ratios, num_hash_layers=3,
+               max_position_embeddings=1048576, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+               rope_scaling=dict(type="yarn", factor=16.0, original_max_position_embeddings=65536,
+                                 beta_fast=32, beta_slow=1), torch_dtype="bfloat16")
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+
+    pools = {}
+
+    def pool_for(fan_in):
+        if fan_in not in pools:
+            pools[fan_in] = bf16_pool(1 << 16, 1.0 / math.sqrt(fan_in), rng)
+        return pools[fan_in]
+
+    tensors = []  # (name, dtype, shape, producer)
+
+    def mat(name, rows, cols, fan_in=None):
+        def fill(n_bytes, fi=fan_in or cols):
+            p = pool_for(fi)
+            start = 2 * rng.randrange(len(p) // 2)
+            rep = (p[start:] + p) * (n_bytes // len(p) + 2)
+            return rep[:n_bytes]
+        tensors.append((name, "BF16", [rows, cols], lambda n=rows * cols * 2, f=fill: f(n)))
+
+    def vec(name, shape, values):
+        tensors.append((name, "F32", shape, lambda v=values: struct.pack("<%df" % len(v), *v)))
+
+    def ones(n, jitter=0.1):
+        return [1.0 + jitter * rng.gauss(0, 1) for _ in range(n)]
+
+    nhc, M, E, K, I = 4, 24, a.experts, a.top_k, a.moe_inter
+    mat("model.embed_tokens.weight", V, D, fan_in=1)
+    mat("lm_head.weight", V, D)
+    vec("model.norm.weight", [D], ones(D))
+    mat("model.hc_head.hc_fn", nhc, nhc * D)
+    vec("model.hc_head.hc_base", [nhc], [0.5 * rng.gauss(0, 1) for _ in range(nhc)])
+    vec("model.hc_head.hc_scale", [1], [1.0])
+    for i in range(L):
+        p = f"model.layers.{i}."
+        for site in ("attn_hc", "ffn_hc"):
+            mat(p + site + ".fn", M, nhc * D)
+            vec(p + site + ".base", [M], [0.5 * rng.gauss(0, 1) for _ in range(M)])
+            vec(p + site + ".scale", [3], [0.5 + rng.random() for _ in range(3)])
+        vec(p + "input_layernorm.weight", [D], ones(D))
+        vec(p + "post_attention_layernorm.weight", [D], ones(D))
+        s = p + "self_attn."
+        mat(s + "q_a_proj.weight", a.q_lora, D)
+        vec(s + "q_a_norm.weight", [a.q_lora], ones(a.q_lora))
+        mat(s + "q_b_proj.weight", H * d, a.q_lora)
+        mat(s + "kv_proj.weight", d, D)
+        vec(s + "kv_norm.weight", [d], ones(d))
+        mat(s + "o_a_proj.weight", a.o_groups * a.o_lora, H * d // a.o_groups)
+        mat(s + "o_b_proj.weight", D, a.o_groups * a.o_lora)
+        vec(s + "sinks", [H], [rng.gauss(0, 1) for _ in range(H)])
+        r = ratios[i]
+        if r:
+            w = 2 * d if r == 4 else d
+            c = s + "compressor."
+            mat(c + "kv_proj.weight", w, D)
+            mat(c + "gate_proj.weight", w, D)
+            vec(c + "position_bias", [r, w], [0.5 * rng.gauss(0, 1) for _ in range(r * w)])
+            vec(c + "kv_norm.weight", [d], ones(d))
+            if r == 4:
+                x, dI, HI = c + "indexer.", a.index_head_dim, a.index_heads
+                mat(x + "kv_proj.weight", 2 * dI, D)
+                mat(x + "gate_proj.weight", 2 * dI, D)
+                vec(x + "position_bias", [r, 2 * dI], [0.5 * rng.gauss(0, 1) for _ in range(r * 2 * dI)])
+                vec(x + "kv_norm.weight", [dI], ones(dI))
+                mat(x + "q_b_proj.weight", HI * dI, a.q_lora)
+                mat(x + "scorer.weights_proj.weight", HI, D)
+        m = p + "mlp."
+        mat(m + "gate.weight", E, D)
+        if i < 3:
+            ids = []
+            for _ in range(V):
+                ids += rng.sample(range(E), K)
+            tensors.append((m + "gate.tid2eid", "I64", [V, K], lambda v=ids: struct.pack("<%dq" % len(v), *v)))
+        else:
+            vec(m + "gate.e_score_correction_bias", [E], [0.1 * rng.gauss(0, 1) for _ in range(E)])
+        tensors.append((m + "experts.gate_up_proj", "BF16", [E, 2 * I, D],
+                        lambda n=E * 2 * I * D * 2: (pool_for(D) * (n // len(pool_for(D)) + 1))[:n]))
+        tensors.append((m + "experts.down_proj", "BF16", [E, D, I],
+                        lambda n=E * D * I * 2: (pool_for(I) * (n // len(pool_for(I)) + 1))[:n]))
+        mat(m + "shared_experts.gate_proj.weight", I, D)
+        mat(m + "shared_experts.up_proj.weight", I, D)
+        mat(m + "shared_experts.down_proj.weight", D, I)
+
+    size = {"BF16": 2, "F32": 4, "I64": 8}
+    header, off = {}, 0
+    for name, dt, shape, _ in tensors:
+        n = size[dt] * math.prod(shape)
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(os.path.join(a.out, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for name, dt, shape, produce in tensors:
+            b = produce()
+            assert len(b) == size[dt] * math.prod(shape), name
+            f.write(b)
+    print(f"wrote {a.out}: {len(tensors)} tensors, {off / 2**30:.3f} GiB, compress_ratios {ratios}")
+
+
+if __name__ == "__main__":
+    main()
