@@ -3,6 +3,7 @@
 #include "spec/deepspec_drafter.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 #include "model/qwen3_layer.h"
@@ -42,70 +43,145 @@ DeepSpecDrafter::~DeepSpecDrafter() = default;
 
 DraftProposal DeepSpecDrafter::run(DraftContext& seq, int32_t anchor, int n, const SamplingParams& params, Rng& rng,
                                    DraftDebug* dbg) const {
-  if (anchor < 0 || anchor >= V_)
-    throw Error("dspark propose: anchor token " + std::to_string(anchor) + " outside the vocabulary [0, " + std::to_string(V_) + ")");
-  const int bs = info_.block_size, H = backbone_->hidden();
-  float* emb = grow(seq.ws_emb, static_cast<size_t>(bs) * H);
-  float* out = grow(seq.ws_out, static_cast<size_t>(bs) * H);
-  weight_row_to_f32(embed_, anchor, emb);
-  for (int i = 1; i < bs; ++i) weight_row_to_f32(embed_, info_.mask_token_id, emb + static_cast<size_t>(i) * H);
-  backbone_->forward_block(seq, emb, out);
-  // Base logits of the positions we draft (one matmul over n rows).
-  float* base = grow(seq.ws_base, static_cast<size_t>(n) * V_);
-  matmul(out, n, lm_head_, base);
+  return std::move(run_items({RunItem{&seq, anchor, n, &params, &rng}}, dbg)[0]);
+}
 
-  DraftProposal p;
-  p.tokens.resize(n);
-  const bool greedy = params.greedy();
-  if (!greedy) p.q.resize(static_cast<size_t>(n) * V_);
-  if (conf_) {
-    p.confidence.resize(n);
-    p.confidence_logits.resize(n);
+std::vector<DraftProposal> DeepSpecDrafter::run_batch(const std::vector<RunItem>& items) const {
+  return run_items(items, nullptr);
+}
+
+namespace {
+// Per-thread buffers of the batched pass (the drafter is const and shared by sequences).
+struct RunWorkspace {
+  std::vector<float> emb, out, rows, base, bias, e, logits;
+  std::vector<int32_t> prev;
+  std::vector<float> hrows;
+};
+RunWorkspace& run_ws() {
+  thread_local RunWorkspace ws;
+  return ws;
+}
+}  // namespace
+
+std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>& items, DraftDebug* dbg) const {
+  const int R = static_cast<int>(items.size());
+  std::vector<DraftProposal> props(items.size());
+  if (R == 0) return props;
+  const int bs = info_.block_size, H = backbone_->hidden();
+  const int r_markov = markov_ ? markov_->rank() : 0;
+  RunWorkspace& ws = run_ws();
+  int max_n = 0, total_n = 0;
+  std::vector<DraftContext*> seqs(items.size());
+  std::vector<int> row_of(items.size());  // first LM-head row of item i
+  for (int i = 0; i < R; ++i) {
+    const RunItem& it = items[i];
+    if (it.anchor < 0 || it.anchor >= V_)
+      throw Error("dspark propose: anchor token " + std::to_string(it.anchor) + " outside the vocabulary [0, " + std::to_string(V_) + ")");
+    seqs[i] = it.seq;
+    row_of[i] = total_n;
+    total_n += it.n;
+    max_n = std::max(max_n, it.n);
+  }
+  float* emb = grow(ws.emb, static_cast<size_t>(R) * bs * H);
+  float* out = grow(ws.out, static_cast<size_t>(R) * bs * H);
+  for (int i = 0; i < R; ++i) {
+    float* e = emb + static_cast<size_t>(i) * bs * H;
+    weight_row_to_f32(embed_, items[i].anchor, e);
+    for (int j = 1; j < bs; ++j) weight_row_to_f32(embed_, info_.mask_token_id, e + static_cast<size_t>(j) * H);
+  }
+  backbone_->forward_block_batch(seqs, emb, out);
+  // Base logits of the drafted positions of every item: one matmul over all of them.
+  float* rows = grow(ws.rows, static_cast<size_t>(total_n) * H);
+  for (int i = 0; i < R; ++i)
+    std::memcpy(rows + static_cast<size_t>(row_of[i]) * H, out + static_cast<size_t>(i) * bs * H,
+                static_cast<size_t>(items[i].n) * H * sizeof(float));
+  float* base = grow(ws.base, static_cast<size_t>(total_n) * V_);
+  matmul(rows, total_n, lm_head_, base);
+
+  for (int i = 0; i < R; ++i) {
+    DraftProposal& p = props[i];
+    p.tokens.resize(items[i].n);
+    if (!items[i].params->greedy()) p.q.resize(static_cast<size_t>(items[i].n) * V_);
+    if (conf_) {
+      p.confidence.resize(items[i].n);
+      p.confidence_logits.resize(items[i].n);
+    }
   }
   if (dbg) {
     dbg->block_size = bs;
     dbg->hidden = H;
     dbg->vocab = V_;
-    dbg->n = n;
+    dbg->n = items[0].n;
     dbg->backbone_out.assign(out, out + static_cast<size_t>(bs) * H);
-    dbg->base_logits.assign(base, base + static_cast<size_t>(n) * V_);
-    if (markov_) dbg->markov_bias.resize(static_cast<size_t>(n) * V_);
-    dbg->draft_logits.resize(static_cast<size_t>(n) * V_);
+    dbg->base_logits.assign(base, base + static_cast<size_t>(items[0].n) * V_);
+    if (markov_) dbg->markov_bias.resize(static_cast<size_t>(items[0].n) * V_);
+    dbg->draft_logits.resize(static_cast<size_t>(items[0].n) * V_);
   }
-  std::vector<float> state, probs;
-  float* bias = markov_ ? grow(seq.ws_bias, V_) : nullptr;
-  float* logits = grow(seq.ws_logits, V_);
-  std::vector<float> e(markov_ ? markov_->rank() : 0);
-  if (markov_) markov_->reset(state);
-  int32_t prev = anchor;
-  for (int k = 0; k < n; ++k) {
-    const float* h = out + static_cast<size_t>(k) * H;
-    const float* u = base + static_cast<size_t>(k) * V_;
+  std::vector<std::vector<float>> states(items.size());
+  if (markov_)
+    for (auto& st : states) markov_->reset(st);
+  std::vector<int32_t> prev(items.size());
+  for (int i = 0; i < R; ++i) prev[i] = items[i].anchor;
+  std::vector<int> active;
+  std::vector<std::vector<float>*> act_states;
+  std::vector<float> probs;
+  float* logits = grow(ws.logits, V_);
+  // Position k of every item still drafting: its Markov bias needs d_{k-1}, so positions
+  // run in order, each batched over the items.
+  for (int k = 0; k < max_n; ++k) {
+    active.clear();
+    act_states.clear();
+    ws.prev.clear();
+    for (int i = 0; i < R; ++i)
+      if (k < items[i].n) {
+        active.push_back(i);
+        act_states.push_back(&states[i]);
+        ws.prev.push_back(prev[i]);
+      }
+    const int m = static_cast<int>(active.size());
+    float* bias = nullptr;
+    float* e = nullptr;
     if (markov_) {
-      markov_->bias(prev, h, state, bias, e.data());
-      for (int j = 0; j < V_; ++j) logits[j] = u[j] + bias[j];
-    } else {
-      std::copy(u, u + V_, logits);
+      // h rows of the active items at position k, gathered contiguously.
+      float* hrows = grow(ws.hrows, static_cast<size_t>(m) * H);
+      for (int a = 0; a < m; ++a)
+        std::memcpy(hrows + static_cast<size_t>(a) * H, rows + static_cast<size_t>(row_of[active[a]] + k) * H,
+                    H * sizeof(float));
+      bias = grow(ws.bias, static_cast<size_t>(m) * V_);
+      e = grow(ws.e, static_cast<size_t>(m) * r_markov);
+      markov_->bias_rows(m, ws.prev.data(), hrows, act_states.data(), bias, e);
     }
-    // The confidence of slot k conditions on x_{k-1} only (non-anticipating).
-    if (conf_) {
-      const float z = conf_->logit(h, conf_->with_markov() ? e.data() : nullptr);
-      p.confidence_logits[k] = z;
-      p.confidence[k] = ConfidenceHead::sigmoid(z);
+    for (int a = 0; a < m; ++a) {
+      const int i = active[a];
+      const RunItem& it = items[i];
+      DraftProposal& p = props[i];
+      const float* h = rows + static_cast<size_t>(row_of[i] + k) * H;
+      const float* u = base + static_cast<size_t>(row_of[i] + k) * V_;
+      const float* b = markov_ ? bias + static_cast<size_t>(a) * V_ : nullptr;
+      if (b)
+        for (int j = 0; j < V_; ++j) logits[j] = u[j] + b[j];
+      else
+        std::copy(u, u + V_, logits);
+      // The confidence of slot k conditions on x_{k-1} only (non-anticipating).
+      if (conf_) {
+        const float z = conf_->logit(h, conf_->with_markov() ? e + static_cast<size_t>(a) * r_markov : nullptr);
+        p.confidence_logits[k] = z;
+        p.confidence[k] = ConfidenceHead::sigmoid(z);
+      }
+      const int32_t x = draw_draft_token(logits, V_, *it.params, *it.rng, probs);
+      p.tokens[k] = x;
+      if (!it.params->greedy()) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<size_t>(k) * V_);
+      if (dbg) {
+        if (b) std::copy(b, b + V_, dbg->markov_bias.begin() + static_cast<size_t>(k) * V_);
+        std::copy(logits, logits + V_, dbg->draft_logits.begin() + static_cast<size_t>(k) * V_);
+        dbg->draft_ids.push_back(x);
+        dbg->draft_logprobs.push_back(log_softmax_at(logits, V_, x));
+      }
+      prev[i] = x;
     }
-    const int32_t x = draw_draft_token(logits, V_, params, rng, probs);
-    p.tokens[k] = x;
-    if (!greedy) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<size_t>(k) * V_);
-    if (dbg) {
-      if (markov_) std::copy(bias, bias + V_, dbg->markov_bias.begin() + static_cast<size_t>(k) * V_);
-      std::copy(logits, logits + V_, dbg->draft_logits.begin() + static_cast<size_t>(k) * V_);
-      dbg->draft_ids.push_back(x);
-      dbg->draft_logprobs.push_back(log_softmax_at(logits, V_, x));
-    }
-    prev = x;
   }
-  if (dbg) dbg->confidence_logits = p.confidence_logits;
-  return p;
+  if (dbg) dbg->confidence_logits = props[0].confidence_logits;
+  return props;
 }
 
 }  // namespace dsinfer

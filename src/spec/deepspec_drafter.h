@@ -31,8 +31,14 @@ class DeepSpecDrafter final : public BlockDrafter {
  protected:
   DraftProposal run(DraftContext& seq, int32_t anchor, int n, const SamplingParams& params, Rng& rng,
                     DraftDebug* dbg) const override;
+  // One backbone pass over every item's block, one LM-head matmul over all drafted rows,
+  // and per draft position one Markov W2 matmul over the items still drafting.
+  std::vector<DraftProposal> run_batch(const std::vector<RunItem>& items) const override;
 
  private:
+  // dbg (only with one item) records every intermediate for debug-dflash.
+  std::vector<DraftProposal> run_items(const std::vector<RunItem>& items, DraftDebug* dbg) const;
+
   int V_ = 0;
   WeightView embed_{}, lm_head_{};
   std::unique_ptr<MarkovHead> markov_;

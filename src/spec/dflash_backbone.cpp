@@ -72,40 +72,82 @@ void DraftBackbone::ensure_capacity(DraftContext& s, int rows_needed) const {
 }
 
 void DraftBackbone::apply_window(DraftContext& s) const {
-  if (window_ <= 0) return;
-  s.visible_begin_ = std::max(s.visible_begin_, s.length_ - window_);
-  const int drop = s.visible_begin_ - s.store_first_;
+  int w = window_;
+  if (s.window_override_ > 0) w = window_ > 0 ? std::min(window_, s.window_override_) : s.window_override_;
+  s.visible_begin_ = w > 0 ? std::max(s.store_first_, s.length_ - w) : s.store_first_;
+  if (window_ <= 0) return;  // no configured window: every row stays stored
+  // Storage keeps the configured window's rows (a per-sequence window never exceeds it).
   // Compact once the dead prefix is as large as the window (or 32 rows): each row moves
   // O(1) times on average.
+  const int keep_from = std::max(s.store_first_, s.length_ - window_);
+  const int drop = keep_from - s.store_first_;
   if (drop < std::max(window_, 32)) return;
-  const int keep = s.length_ - s.visible_begin_;
+  const int keep = s.length_ - keep_from;
   for (int l = 0; l < L_; ++l)
     for (auto* buf : {&s.k_[l], &s.v_[l]})
       for (int g = 0; g < NKV_; ++g) {
         float* base = buf->data() + static_cast<size_t>(g) * s.cap_ * D_;
         std::memmove(base, base + static_cast<size_t>(drop) * D_, static_cast<size_t>(keep) * D_ * sizeof(float));
       }
-  s.store_first_ = s.visible_begin_;
+  s.store_first_ = keep_from;
 }
 
+void DraftBackbone::set_window(DraftContext& s, int window) const {
+  if (window < 0) throw Error("drafter window: must be >= 0, got " + std::to_string(window));
+  s.window_override_ = window;
+  apply_window(s);
+}
+
+namespace {
+// Workspace of the batched passes: one per thread (the methods are const and a drafter is
+// shared by every sequence of an engine), grown once, reused every step.
+struct BatchWorkspace {
+  std::vector<float> ctx, x, h, q, k, v, att, g, u, t, cos, sin;
+  std::vector<int32_t> pos;
+};
+BatchWorkspace& batch_ws() {
+  thread_local BatchWorkspace ws;
+  return ws;
+}
+}  // namespace
+
 void DraftBackbone::append_context(DraftContext& s, const float* features, int c) const {
-  if (c <= 0) return;
-  if (!features) throw Error("dflash commit_context: target hidden states are required (got none)");
-  const int64_t H = H_, D = D_, NK = int64_t{NKV_} * D, C = c;
-  ensure_capacity(s, s.length_ - s.store_first_ + c + bs_);
-  // ctx = hidden_norm(fc(features)): shared by every layer, never updated across layers.
-  float* ctx = grow(s.ws_ctx, C * H);
-  matmul(features, C, fc_, ctx);
+  append_context_batch({ContextRows{&s, features, c}});
+}
+
+void DraftBackbone::append_context_batch(const std::vector<ContextRows>& items) const {
+  int64_t C = 0;
+  for (const ContextRows& it : items) {
+    if (it.count < 0) throw Error("dflash commit_context: negative position count " + std::to_string(it.count));
+    if (it.count > 0 && !it.features) throw Error("dflash commit_context: target hidden states are required (got none)");
+    C += it.count;
+  }
+  if (C == 0) return;
+  const int64_t H = H_, D = D_, NK = int64_t{NKV_} * D, F = int64_t{m_} * H;
+  BatchWorkspace& ws = batch_ws();
+  // Gather every sequence's feature rows, then ctx = hidden_norm(fc(features)): shared by
+  // every layer, never updated across layers.
+  float* feats = grow(ws.x, C * F);
+  if (ws.pos.size() < static_cast<size_t>(C)) ws.pos.resize(C);
+  {
+    int64_t r = 0;
+    for (const ContextRows& it : items) {
+      if (it.count == 0) continue;
+      ensure_capacity(*it.seq, it.seq->length_ - it.seq->store_first_ + it.count + bs_);
+      std::memcpy(feats + r * F, it.features, static_cast<size_t>(it.count) * F * sizeof(float));
+      for (int i = 0; i < it.count; ++i) ws.pos[r + i] = it.seq->length_ + i;
+      r += it.count;
+    }
+  }
+  float* ctx = grow(ws.ctx, C * H);
+  matmul(feats, C, fc_, ctx);
   rmsnorm(ctx, H, C, H, hidden_norm_.data(), eps_, ctx, H);
-  if (s.ws_pos.size() < static_cast<size_t>(c)) s.ws_pos.resize(c);
-  for (int i = 0; i < c; ++i) s.ws_pos[i] = s.length_ + i;
   const int half = D_ / 2;
-  float* cos_t = grow(s.ws_cos, C * half);
-  float* sin_t = grow(s.ws_sin, C * half);
-  rope_tables(rope_.inv_freq.data(), half, s.ws_pos.data(), C, rope_.attention_factor, cos_t, sin_t);
-  float* k = grow(s.ws_k, C * NK);
-  float* v = grow(s.ws_v, C * NK);
-  const int row0 = s.length_ - s.store_first_;
+  float* cos_t = grow(ws.cos, C * half);
+  float* sin_t = grow(ws.sin, C * half);
+  rope_tables(rope_.inv_freq.data(), half, ws.pos.data(), C, rope_.attention_factor, cos_t, sin_t);
+  float* k = grow(ws.k, C * NK);
+  float* v = grow(ws.v, C * NK);
   for (int l = 0; l < L_; ++l) {
     const Qwen3LayerWeights& W = layers_[l];
     matmul(ctx, C, W.k, k);
@@ -114,67 +156,92 @@ void DraftBackbone::append_context(DraftContext& s, const float* features, int c
     add_bias(v, C, NK, W.v_bias);
     rmsnorm(k, D, C * NKV_, D, W.k_norm.data(), eps_, k, D);
     apply_rope(k, NK, C, NKV_, D_, cos_t, sin_t);
-    for (int i = 0; i < c; ++i)
-      for (int g = 0; g < NKV_; ++g) {
-        const size_t dst = (static_cast<size_t>(g) * s.cap_ + row0 + i) * D_;
-        std::memcpy(s.k_[l].data() + dst, k + i * NK + g * D, D * sizeof(float));
-        std::memcpy(s.v_[l].data() + dst, v + i * NK + g * D, D * sizeof(float));
-      }
+    int64_t r = 0;
+    for (const ContextRows& it : items) {
+      DraftContext& s = *it.seq;
+      const int row0 = s.length_ - s.store_first_;
+      for (int i = 0; i < it.count; ++i)
+        for (int g = 0; g < NKV_; ++g) {
+          const size_t dst = (static_cast<size_t>(g) * s.cap_ + row0 + i) * D_;
+          std::memcpy(s.k_[l].data() + dst, k + (r + i) * NK + g * D, D * sizeof(float));
+          std::memcpy(s.v_[l].data() + dst, v + (r + i) * NK + g * D, D * sizeof(float));
+        }
+      r += it.count;
+    }
   }
-  s.length_ += c;
-  apply_window(s);
+  for (const ContextRows& it : items) {
+    if (it.count == 0) continue;
+    it.seq->length_ += it.count;
+    apply_window(*it.seq);
+  }
 }
 
 void DraftBackbone::forward_block(DraftContext& s, const float* emb, float* out) const {
-  const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D, B = bs_;
-  ensure_capacity(s, s.length_ - s.store_first_ + bs_);
-  float* x = grow(s.ws_x, B * H);
-  std::memcpy(x, emb, B * H * sizeof(float));
-  if (s.ws_pos.size() < static_cast<size_t>(bs_)) s.ws_pos.resize(bs_);
-  for (int i = 0; i < bs_; ++i) s.ws_pos[i] = s.length_ + i;
+  forward_block_batch({&s}, emb, out);
+}
+
+void DraftBackbone::forward_block_batch(const std::vector<DraftContext*>& seqs, const float* emb, float* out) const {
+  const int R = static_cast<int>(seqs.size());
+  if (R == 0) return;
+  const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D, B = bs_, T = int64_t{R} * bs_;
+  BatchWorkspace& ws = batch_ws();
+  if (ws.pos.size() < static_cast<size_t>(T)) ws.pos.resize(T);
+  for (int i = 0; i < R; ++i) {
+    DraftContext& s = *seqs[i];
+    ensure_capacity(s, s.length_ - s.store_first_ + bs_);
+    for (int j = 0; j < bs_; ++j) ws.pos[int64_t{i} * B + j] = s.length_ + j;
+  }
+  float* x = grow(ws.x, T * H);
+  std::memcpy(x, emb, T * H * sizeof(float));
   const int half = D_ / 2;
-  float* cos_t = grow(s.ws_cos, B * half);
-  float* sin_t = grow(s.ws_sin, B * half);
-  rope_tables(rope_.inv_freq.data(), half, s.ws_pos.data(), B, rope_.attention_factor, cos_t, sin_t);
-  float* h = grow(s.ws_h, B * H);
-  float* q = grow(s.ws_q, B * NQ);
-  float* k = grow(s.ws_k, B * NK);
-  float* v = grow(s.ws_v, B * NK);
-  float* att = grow(s.ws_att, B * NQ);
-  float* g = grow(s.ws_g, B * I);
-  float* u = grow(s.ws_u, B * I);
-  float* t = grow(s.ws_t, B * H);
+  float* cos_t = grow(ws.cos, T * half);
+  float* sin_t = grow(ws.sin, T * half);
+  rope_tables(rope_.inv_freq.data(), half, ws.pos.data(), T, rope_.attention_factor, cos_t, sin_t);
+  float* h = grow(ws.h, T * H);
+  float* q = grow(ws.q, T * NQ);
+  float* k = grow(ws.k, T * NK);
+  float* v = grow(ws.v, T * NK);
+  float* att = grow(ws.att, T * NQ);
+  float* g = grow(ws.g, T * I);
+  float* u = grow(ws.u, T * I);
+  float* t = grow(ws.t, T * H);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const int row0 = s.length_ - s.store_first_;       // block rows start here (temporary)
-  const int vis0 = s.visible_begin_ - s.store_first_;  // first visible context row
+  std::vector<AttentionBlock> blocks(R);
   for (int l = 0; l < L_; ++l) {
     const Qwen3LayerWeights& W = layers_[l];
-    qwen3_attention_inputs(W, dims_, x, B, cos_t, sin_t, h, q, k, v);
-    float* kc = s.k_[l].data();
-    float* vc = s.v_[l].data();
-    for (int i = 0; i < bs_; ++i)
-      for (int gq = 0; gq < NKV_; ++gq) {
-        const size_t dst = (static_cast<size_t>(gq) * s.cap_ + row0 + i) * D_;
-        std::memcpy(kc + dst, k + i * NK + gq * D, D * sizeof(float));
-        std::memcpy(vc + dst, v + i * NK + gq * D, D * sizeof(float));
-      }
-    // Non-causal: every block query sees [visible context ; whole block], i.e. the block
-    // starts at key row row0 - vis0 of the visible range and sees all of itself.
-    AttentionBlock ab;
-    ab.q = q;
-    ab.q_stride = NQ;
-    ab.n_q = bs_;
-    ab.start_pos = row0 - vis0;
-    ab.causal = false;
-    ab.k = kc + static_cast<int64_t>(vis0) * D;
-    ab.v = vc + static_cast<int64_t>(vis0) * D;
-    ab.kv_head_stride = static_cast<int64_t>(s.cap_) * D;
-    ab.out = att;
-    ab.out_stride = NQ;
-    attention_causal(&ab, 1, NH_, NKV_, D_, scale);
-    qwen3_attention_out_mlp(W, dims_, att, B, x, h, g, u, t);
+    qwen3_attention_inputs(W, dims_, x, T, cos_t, sin_t, h, q, k, v);
+    for (int i = 0; i < R; ++i) {
+      DraftContext& s = *seqs[i];
+      const int row0 = s.length_ - s.store_first_;       // block rows start here (temporary)
+      const int vis0 = s.visible_begin_ - s.store_first_;  // first visible context row
+      float* kc = s.k_[l].data();
+      float* vc = s.v_[l].data();
+      const int64_t r0 = int64_t{i} * B;
+      for (int j = 0; j < bs_; ++j)
+        for (int gq = 0; gq < NKV_; ++gq) {
+          const size_t dst = (static_cast<size_t>(gq) * s.cap_ + row0 + j) * D_;
+          std::memcpy(kc + dst, k + (r0 + j) * NK + gq * D, D * sizeof(float));
+          std::memcpy(vc + dst, v + (r0 + j) * NK + gq * D, D * sizeof(float));
+        }
+      // Non-causal: every block query sees [visible context ; whole block], i.e. the block
+      // starts at key row row0 - vis0 of the visible range and sees all of itself.
+      AttentionBlock& ab = blocks[i];
+      ab = AttentionBlock{};
+      ab.q = q + r0 * NQ;
+      ab.q_stride = NQ;
+      ab.n_q = bs_;
+      ab.start_pos = row0 - vis0;
+      ab.causal = false;
+      ab.k = kc + static_cast<int64_t>(vis0) * D;
+      ab.v = vc + static_cast<int64_t>(vis0) * D;
+      ab.kv_head_stride = static_cast<int64_t>(s.cap_) * D;
+      ab.out = att + r0 * NQ;
+      ab.out_stride = NQ;
+    }
+    attention_causal(blocks.data(), R, NH_, NKV_, D_, scale);
+    qwen3_attention_out_mlp(W, dims_, att, T, x, h, g, u, t);
   }
-  rmsnorm(x, H, B, H, final_norm_.data(), eps_, out, H);
+  rmsnorm(x, H, T, H, final_norm_.data(), eps_, out, H);
 }
 
 // ---- BlockDrafter -----------------------------------------------------------------------
@@ -191,6 +258,42 @@ DraftContext& BlockDrafter::as_ctx(DraftSequence& seq) {
 void BlockDrafter::commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const {
   if (c < 0) throw Error("dflash commit_context: negative position count " + std::to_string(c));
   backbone_->append_context(as_ctx(seq), hidden, c);
+}
+
+void BlockDrafter::set_window(DraftSequence& seq, int window) const { backbone_->set_window(as_ctx(seq), window); }
+
+void BlockDrafter::commit_context_batch(const std::vector<ContextBatchItem>& items) const {
+  check_batch_items(items);
+  std::vector<DraftBackbone::ContextRows> rows;
+  rows.reserve(items.size());
+  for (const ContextBatchItem& it : items) rows.push_back({&as_ctx(*it.seq), it.hidden, it.count});
+  backbone_->append_context_batch(rows);
+}
+
+std::vector<DraftProposal> BlockDrafter::run_batch(const std::vector<RunItem>& items) const {
+  std::vector<DraftProposal> out;
+  out.reserve(items.size());
+  for (const RunItem& it : items) out.push_back(run(*it.seq, it.anchor, it.n, *it.params, *it.rng, nullptr));
+  return out;
+}
+
+std::vector<DraftProposal> BlockDrafter::propose_batch(const std::vector<DraftBatchItem>& items) const {
+  check_batch_items(items);
+  std::vector<DraftProposal> out(items.size());
+  std::vector<RunItem> run_items;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const DraftBatchItem& it = items[i];
+    if (it.max_tokens < 0)
+      throw Error("dflash propose: max_tokens must be >= 0, got " + std::to_string(it.max_tokens));
+    const int n = std::min(it.max_tokens, info_.max_draft_tokens);
+    if (n == 0) continue;
+    run_items.push_back({&as_ctx(*it.seq), it.anchor, n, it.params, it.rng});
+    where.push_back(i);
+  }
+  std::vector<DraftProposal> got = run_batch(run_items);
+  for (size_t j = 0; j < got.size(); ++j) out[where[j]] = std::move(got[j]);
+  return out;
 }
 
 DraftProposal BlockDrafter::propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,

@@ -37,9 +37,12 @@ class DraftContext final : public DraftSequence {
   int context_length() const override { return length_; }
   // Absolute position of the first context entry attention can see (window start).
   int visible_begin() const { return visible_begin_; }
+  // Per-sequence window (the dynamic drafter window), 0 = the backbone's configured one.
+  int window_override() const { return window_override_; }
 
  private:
   friend class DraftBackbone;
+  int window_override_ = 0;
   int length_ = 0;         // committed positions appended so far (absolute)
   int store_first_ = 0;    // absolute position of stored row 0
   int visible_begin_ = 0;  // >= store_first_
@@ -48,13 +51,6 @@ class DraftContext final : public DraftSequence {
   std::vector<std::vector<float>> k_, v_;
 
  public:
-  // Workspace reused across calls (owned here so Drafter methods stay const and
-  // sequences are independent).
-  std::vector<float> ws_ctx, ws_x, ws_h, ws_q, ws_k, ws_v, ws_att, ws_g, ws_u, ws_t, ws_cos, ws_sin;
-  // The drafter's own per-round buffers (block embeddings and outputs, base logits, one
-  // position's logits and Markov bias): grown once, reused every round.
-  std::vector<float> ws_emb, ws_out, ws_base, ws_logits, ws_bias;
-  std::vector<int32_t> ws_pos;
 };
 
 
@@ -72,11 +68,27 @@ class DraftBackbone {
 
   // Appends c committed positions (features [c, m·H]) at absolute positions [len, len + c).
   void append_context(DraftContext& seq, const float* features, int c) const;
+  // The same for several sequences in one pass (one fc / K / V matmul over all their rows).
+  struct ContextRows {
+    DraftContext* seq = nullptr;
+    const float* features = nullptr;
+    int count = 0;
+  };
+  void append_context_batch(const std::vector<ContextRows>& items) const;
 
   // Runs the block at positions [len, len + bs). emb: [bs, H] input embeddings.
   // out: [bs, H], the backbone output after the final norm. The sequence's committed
   // context is left unchanged.
   void forward_block(DraftContext& seq, const float* emb, float* out) const;
+  // The blocks of several sequences in one pass: emb/out [seqs.size() * bs, H], sequence i
+  // in rows [i * bs, (i + 1) * bs). Matmuls run over all rows at once, attention per
+  // sequence; each block's bits equal forward_block() on it alone.
+  void forward_block_batch(const std::vector<DraftContext*>& seqs, const float* emb, float* out) const;
+
+  // The dynamic window of one sequence: it attends to its last `window` committed positions
+  // (0 = the configured window). A configured window also bounds it (rows beyond it are not
+  // kept); without one every row stays stored, so the window can grow back.
+  void set_window(DraftContext& seq, int window) const;
 
  private:
   void ensure_capacity(DraftContext& seq, int rows_needed) const;
@@ -115,6 +127,10 @@ class BlockDrafter : public Drafter {
   void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const override;
   DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
                         Rng& rng) const override;
+  std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const override;
+  void commit_context_batch(const std::vector<ContextBatchItem>& items) const override;
+  bool supports_window() const override { return true; }
+  void set_window(DraftSequence& seq, int window) const override;
   // Proposes the full block (n drafts) and records every intermediate in `dbg`.
   DraftProposal propose_debug(DraftSequence& seq, int32_t anchor, const SamplingParams& params, Rng& rng,
                               DraftDebug& dbg) const;
@@ -124,6 +140,16 @@ class BlockDrafter : public Drafter {
   // max_tokens already clamped to [1, info_.max_draft_tokens]; dbg may be null.
   virtual DraftProposal run(DraftContext& seq, int32_t anchor, int n, const SamplingParams& params, Rng& rng,
                             DraftDebug* dbg) const = 0;
+  // One sequence of a batched run (n already clamped to [1, max_draft_tokens]).
+  struct RunItem {
+    DraftContext* seq = nullptr;
+    int32_t anchor = 0;
+    int n = 0;
+    const SamplingParams* params = nullptr;
+    Rng* rng = nullptr;
+  };
+  // Default: run() per item. Drafters whose heads batch well override it.
+  virtual std::vector<DraftProposal> run_batch(const std::vector<RunItem>& items) const;
   static DraftContext& as_ctx(DraftSequence& seq);
 
   DrafterInfo info_;

@@ -17,6 +17,49 @@ void keep_first_drafts(DraftProposal& p, size_t n) {
   p.confidence_logits.resize(std::min(p.confidence_logits.size(), n));
 }
 
+namespace {
+void check_distinct(const std::vector<DraftSequence*>& seqs, const char* what) {
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (!seqs[i]) throw Error(std::string(what) + ": item " + std::to_string(i) + " has no sequence");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seqs[i]) throw Error(std::string(what) + ": items " + std::to_string(j) + " and " + std::to_string(i) + " name the same sequence");
+  }
+}
+}  // namespace
+
+void check_batch_items(const std::vector<DraftBatchItem>& items) {
+  std::vector<DraftSequence*> seqs;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].params || !items[i].rng)
+      throw Error("propose_batch: item " + std::to_string(i) + " has no sampling params or rng");
+    seqs.push_back(items[i].seq);
+  }
+  check_distinct(seqs, "propose_batch");
+}
+
+void check_batch_items(const std::vector<ContextBatchItem>& items) {
+  std::vector<DraftSequence*> seqs;
+  for (const ContextBatchItem& it : items) seqs.push_back(it.seq);
+  check_distinct(seqs, "commit_context_batch");
+}
+
+std::vector<DraftProposal> Drafter::propose_batch(const std::vector<DraftBatchItem>& items) const {
+  check_batch_items(items);
+  std::vector<DraftProposal> out;
+  out.reserve(items.size());
+  for (const DraftBatchItem& it : items) out.push_back(propose(*it.seq, it.anchor, it.max_tokens, *it.params, *it.rng));
+  return out;
+}
+
+void Drafter::commit_context_batch(const std::vector<ContextBatchItem>& items) const {
+  check_batch_items(items);
+  for (const ContextBatchItem& it : items) commit_context(*it.seq, it.tokens, it.hidden, it.count);
+}
+
+void Drafter::set_window(DraftSequence&, int) const {
+  throw Error("drafter window: the '" + info().kind + "' drafter has no context window to set");
+}
+
 std::vector<int> default_target_layer_ids(int num_target_layers, int num_draft_layers) {
   check(num_target_layers >= 1 && num_draft_layers >= 1, "default_target_layer_ids: layer counts must be >= 1");
   if (num_draft_layers == 1) return {num_target_layers / 2};

@@ -59,6 +59,24 @@ struct DrafterInfo {
 // Verifying a prefix of the drafts is lossless; this is how every verify policy applies.
 void keep_first_drafts(DraftProposal& p, size_t n);
 
+// One sequence's part of a batched drafter pass (Drafter::propose_batch). Pointers are
+// borrowed for the call; every item names a different sequence.
+struct DraftBatchItem {
+  DraftSequence* seq = nullptr;
+  int32_t anchor = 0;
+  int max_tokens = 0;
+  const SamplingParams* params = nullptr;
+  Rng* rng = nullptr;
+};
+
+// One sequence's committed positions in a batched commit (Drafter::commit_context_batch).
+struct ContextBatchItem {
+  DraftSequence* seq = nullptr;
+  const int32_t* tokens = nullptr;
+  const float* hidden = nullptr;
+  int count = 0;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -76,6 +94,19 @@ class Drafter {
   // greedy params give greedy drafts and an empty q.
   virtual DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
                                 Rng& rng) const = 0;
+
+  // Batched forms for the engine: every running request's drafts (or commits) in one pass,
+  // so the drafter's weights are read once per step instead of once per request. Result i
+  // is exactly what propose() (commit_context()) would give for item i alone, bit for bit
+  // (the kernels are batch-invariant); each item draws from its own rng. The defaults loop
+  // over the single-sequence calls; block drafters override them.
+  virtual std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const;
+  virtual void commit_context_batch(const std::vector<ContextBatchItem>& items) const;
+
+  // Drafters that attend to a window of committed context (the block drafters) let the
+  // engine move it per sequence (the dynamic drafter window); others refuse.
+  virtual bool supports_window() const { return false; }
+  virtual void set_window(DraftSequence& seq, int window) const;
 };
 
 }  // namespace dsinfer
@@ -85,4 +116,9 @@ namespace dsinfer {
 // layer, else round(1 + i * (L_t - 4) / (L_d - 1)) for i in [0, L_d), Python-style
 // round-half-to-even (drafters_spec.md §1.3).
 std::vector<int> default_target_layer_ids(int num_target_layers, int num_draft_layers);
+
+// One-line Error unless every item names its own sequence (and, for proposals, has params
+// and an rng): a sequence twice in one batch would make the result depend on item order.
+void check_batch_items(const std::vector<DraftBatchItem>& items);
+void check_batch_items(const std::vector<ContextBatchItem>& items);
 }  // namespace dsinfer

@@ -43,13 +43,13 @@ void MarkovHead::embed(int32_t prev, float* e) const {
   weight_row_to_f32(w1_, prev, e);
 }
 
-void MarkovHead::bias(int32_t prev, const float* h, std::vector<float>& state, float* bias_out, float* e_out) const {
-  std::vector<float> e(r_), f(r_);
+void MarkovHead::features(int32_t prev, const float* h, std::vector<float>& state, float* f, float* e_out) const {
+  std::vector<float> e(r_);
   embed(prev, e.data());
   if (e_out) std::memcpy(e_out, e.data(), sizeof(float) * r_);
   switch (type_) {
     case Type::Vanilla:
-      f = e;
+      std::memcpy(f, e.data(), sizeof(float) * r_);
       break;
     case Type::Gated: {
       std::vector<float> z(static_cast<size_t>(H_) + r_), g(r_);
@@ -76,7 +76,21 @@ void MarkovHead::bias(int32_t prev, const float* h, std::vector<float>& state, f
       break;
     }
   }
-  matmul(f.data(), 1, w2_, bias_out);
+}
+
+void MarkovHead::bias(int32_t prev, const float* h, std::vector<float>& state, float* bias_out, float* e_out) const {
+  std::vector<float>* states[1] = {&state};
+  bias_rows(1, &prev, h, states, bias_out, e_out);
+}
+
+void MarkovHead::bias_rows(int m, const int32_t* prev, const float* h, std::vector<float>* const* states,
+                           float* bias_out, float* e_out) const {
+  if (m <= 0) return;
+  std::vector<float> f(static_cast<size_t>(m) * r_);
+  for (int i = 0; i < m; ++i)
+    features(prev[i], h + static_cast<size_t>(i) * H_, *states[i], f.data() + static_cast<size_t>(i) * r_,
+             e_out ? e_out + static_cast<size_t>(i) * r_ : nullptr);
+  matmul(f.data(), m, w2_, bias_out);
 }
 
 }  // namespace dsinfer

@@ -34,10 +34,18 @@ class MarkovHead {
   // e = W1[prev] (r floats).
   void embed(int32_t prev, float* e) const;
   // Zero state (r floats; unused for vanilla/gated).
+  // f(prev, h, state) [rank]: the vector W2 multiplies; updates the rnn state.
+  void features(int32_t prev, const float* h, std::vector<float>& state, float* f, float* e_out) const;
   void reset(std::vector<float>& state) const { state.assign(static_cast<size_t>(r_), 0.0f); }
   // bias[V] for the position whose previous token is `prev` and backbone output `h` [H];
   // advances `state` for the rnn head. `e_out` (optional, r floats) receives W1[prev].
   void bias(int32_t prev, const float* h, std::vector<float>& state, float* bias_out, float* e_out = nullptr) const;
+  // The same for m positions of different sequences at once (one batched drafter pass):
+  // row i uses prev[i], h[i * H ..], *states[i]; bias_out [m, V], e_out [m, rank] (or null).
+  // Row i's bits equal bias() on that row alone (the W2 product is one batch-invariant
+  // matmul over the m feature rows).
+  void bias_rows(int m, const int32_t* prev, const float* h, std::vector<float>* const* states, float* bias_out,
+                 float* e_out) const;
 
  private:
   Type type_;

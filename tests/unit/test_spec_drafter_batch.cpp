@@ -1,0 +1,146 @@
+// Batched drafter passes (Drafter::propose_batch / commit_context_batch) against the
+// single-sequence calls, on the shipped target and every shipped drafter kind:
+//   - R sequences with different prompts (so different context lengths), committed one by
+//     one on side A and in one batched commit on side B;
+//   - several rounds of proposals: side A proposes per sequence, side B in one batch with a
+//     different max_tokens per item (including 0 and more than the block); tokens, q rows,
+//     confidences and confidence logits must be bit-identical, greedy and sampled (each item
+//     has its own rng, seeded alike on both sides);
+//   - then a batched commit of each sequence's drafts, so the next round runs at new lengths.
+// Also: one-line errors for a sequence named twice.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "spec/drafter.h"
+#include "spec/drafter_loader.h"
+
+namespace dsinfer {
+namespace {
+
+const std::string kRoot = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+
+struct Side {
+  std::vector<std::unique_ptr<DraftSequence>> seqs;
+  std::vector<Rng> rngs;
+};
+
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+void check_drafter(const std::string& dir, bool sampled) {
+  if (!std::filesystem::exists(kRoot + "/" + dir + "/model.safetensors")) GTEST_SKIP() << "no shipped " << dir;
+  auto target = load_model(kRoot + "/target");
+  auto drafter = load_drafter(kRoot + "/" + dir, *target);
+  const DrafterInfo& info = drafter->info();
+  const int V = target->config().vocab_size;
+  const int R = 5;
+  std::mt19937 gen(7);
+  // Prompts of different lengths; their captured target rows are what both sides commit.
+  std::vector<std::vector<int32_t>> prompts(R);
+  std::vector<std::vector<float>> hidden(R);
+  auto kv = target->make_kv_cache(R, 512);
+  for (int i = 0; i < R; ++i) {
+    const int len = 5 + 17 * i;
+    for (int t = 0; t < len; ++t) prompts[i].push_back(static_cast<int32_t>(gen() % (V - 8)));
+    ForwardBatch b;
+    b.capture_layers = info.target_layer_ids;
+    b.entries.push_back(ForwardEntry{i, prompts[i], {len - 1}});
+    ForwardOutput o;
+    target->forward(*kv, b, o);
+    hidden[i] = o.captured;
+  }
+  SamplingParams params;
+  if (sampled) {
+    params.temperature = 0.9f;
+    params.top_k = 50;
+  }
+  Side a, b;
+  for (Side* s : {&a, &b})
+    for (int i = 0; i < R; ++i) {
+      s->seqs.push_back(drafter->start());
+      s->rngs.emplace_back(100 + i);
+    }
+  for (int i = 0; i < R; ++i)
+    drafter->commit_context(*a.seqs[i], prompts[i].data(), hidden[i].data(), static_cast<int>(prompts[i].size()));
+  {
+    std::vector<ContextBatchItem> items;
+    for (int i = 0; i < R; ++i)
+      items.push_back({b.seqs[i].get(), prompts[i].data(), hidden[i].data(), static_cast<int>(prompts[i].size())});
+    drafter->commit_context_batch(items);
+  }
+  const int bs = info.max_draft_tokens;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int32_t> anchors(R);
+    std::vector<int> max_tokens(R);
+    for (int i = 0; i < R; ++i) {
+      anchors[i] = static_cast<int32_t>(gen() % (V - 8));
+      max_tokens[i] = (i + round) % 4 == 0 ? 0 : (i == 3 ? bs + 5 : 1 + static_cast<int>(gen() % bs));
+    }
+    std::vector<DraftProposal> pa;
+    for (int i = 0; i < R; ++i) pa.push_back(drafter->propose(*a.seqs[i], anchors[i], max_tokens[i], params, a.rngs[i]));
+    std::vector<DraftBatchItem> items;
+    for (int i = 0; i < R; ++i) items.push_back({b.seqs[i].get(), anchors[i], max_tokens[i], &params, &b.rngs[i]});
+    const std::vector<DraftProposal> pb = drafter->propose_batch(items);
+    ASSERT_EQ(pb.size(), static_cast<size_t>(R));
+    for (int i = 0; i < R; ++i) {
+      SCOPED_TRACE(dir + " round " + std::to_string(round) + " item " + std::to_string(i));
+      EXPECT_EQ(pa[i].tokens, pb[i].tokens);
+      EXPECT_TRUE(same_floats(pa[i].q, pb[i].q));
+      EXPECT_TRUE(same_floats(pa[i].confidence, pb[i].confidence));
+      EXPECT_TRUE(same_floats(pa[i].confidence_logits, pb[i].confidence_logits));
+      if (max_tokens[i] > 0) EXPECT_FALSE(pa[i].tokens.empty());
+    }
+    // Commit [anchor, drafts...] with made-up hidden rows (the drafter does not care where
+    // they come from), one by one on A, batched on B.
+    std::vector<std::vector<int32_t>> toks(R);
+    std::vector<std::vector<float>> rows(R);
+    const size_t feat = info.target_layer_ids.size() * static_cast<size_t>(target->config().hidden_size);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<ContextBatchItem> commits;
+    for (int i = 0; i < R; ++i) {
+      toks[i].push_back(anchors[i]);
+      toks[i].insert(toks[i].end(), pa[i].tokens.begin(), pa[i].tokens.end());
+      rows[i].resize(toks[i].size() * feat);
+      for (float& x : rows[i]) x = nd(gen);
+      drafter->commit_context(*a.seqs[i], toks[i].data(), rows[i].data(), static_cast<int>(toks[i].size()));
+      commits.push_back({b.seqs[i].get(), toks[i].data(), rows[i].data(), static_cast<int>(toks[i].size())});
+    }
+    drafter->commit_context_batch(commits);
+    for (int i = 0; i < R; ++i) EXPECT_EQ(a.seqs[i]->context_length(), b.seqs[i]->context_length());
+  }
+}
+
+TEST(SpecDrafterBatch, DSparkBatchEqualsSingleGreedy) { check_drafter("dspark", false); }
+TEST(SpecDrafterBatch, DSparkBatchEqualsSingleSampled) { check_drafter("dspark", true); }
+TEST(SpecDrafterBatch, DFlashBatchEqualsSingleGreedy) { check_drafter("dflash", false); }
+TEST(SpecDrafterBatch, ZlabDFlashBatchEqualsSingleSampled) { check_drafter("dflash-zlab", true); }
+
+TEST(SpecDrafterBatch, SequenceNamedTwiceIsRefused) {
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
+  auto target = load_model(kRoot + "/target");
+  auto drafter = load_drafter(kRoot + "/dspark", *target);
+  auto seq = drafter->start();
+  SamplingParams params;
+  Rng rng(1);
+  std::vector<DraftBatchItem> items = {{seq.get(), 1, 2, &params, &rng}, {seq.get(), 1, 2, &params, &rng}};
+  try {
+    drafter->propose_batch(items);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("same sequence"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dsinfer
