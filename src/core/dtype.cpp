@@ -14,6 +14,8 @@ size_t dtype_size(DType t) {
     case DType::I64: return 8;
     case DType::U8: return 1;
     case DType::I8: return 1;
+    case DType::F8E4M3: return 1;
+    case DType::F8E8M0: return 1;
   }
   return 0;
 }
@@ -27,6 +29,8 @@ const char* dtype_name(DType t) {
     case DType::I64: return "I64";
     case DType::U8: return "U8";
     case DType::I8: return "I8";
+    case DType::F8E4M3: return "F8_E4M3";
+    case DType::F8E8M0: return "F8_E8M0";
   }
   return "?";
 }
@@ -39,7 +43,9 @@ DType dtype_from_safetensors(const std::string& s, const std::string& what) {
   if (s == "I64") return DType::I64;
   if (s == "U8") return DType::U8;
   if (s == "I8") return DType::I8;
-  throw Error(what + ": unsupported dtype '" + s + "' (supported: F32, BF16, F16, I32, I64, U8, I8)");
+  if (s == "F8_E4M3") return DType::F8E4M3;
+  if (s == "F8_E8M0") return DType::F8E8M0;
+  throw Error(what + ": unsupported dtype '" + s + "' (supported: F32, BF16, F16, I32, I64, U8, I8, F8_E4M3, F8_E8M0)");
 }
 
 float f16_to_f32(uint16_t h) {

@@ -9,7 +9,9 @@
 
 namespace dsinfer {
 
-enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, I8 };
+// F8E4M3 / F8E8M0: safetensors' F8_E4M3 and F8_E8M0, one-byte codes that only the quantised
+// matmul (kernels/cpu/matmul_quant.h) reads: FP8 weights and their E8M0 block scales.
+enum class DType : uint8_t { F32, BF16, F16, I32, I64, U8, I8, F8E4M3, F8E8M0 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);

@@ -7,8 +7,8 @@
 // 2. Model: the committed tiny V4 checkpoint with its attention projections and shared
 //    experts rewritten as FP8 and its routed experts as FP4 (gate/up) / FP8 (down), next to
 //    the same model with those dequantised values stored as F32. Both load; logits agree
-//    to F32 rounding (only the reduction order differs). The quantized codes are stored
-//    as U8 here: core/dtype does not know the F8_E4M3 / F8_E8M0 safetensors names yet.
+//    to F32 rounding (only the reduction order differs). FP8 codes and their scales are
+//    stored under safetensors' own F8_E4M3 / F8_E8M0 names, FP4 codes as U8 bytes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -199,8 +199,8 @@ TEST(ModelDeepseekV4Quant, QuantizedCheckpointMatchesItsDequantisedTwin) {
         } else {
           const int64_t D = t.shape[1], I = t.shape[2];
           const Quantized q = make_fp8(D, I, g, -3);
-          add_raw(qitems, ep + "w2.weight", DType::U8, {D, I}, q.codes.data(), q.codes.size());
-          add_raw(qitems, ep + "w2.weight_scale_inv", DType::U8, {(D + 127) / 128, (I + 127) / 128}, q.scales.data(),
+          add_raw(qitems, ep + "w2.weight", DType::F8E4M3, {D, I}, q.codes.data(), q.codes.size());
+          add_raw(qitems, ep + "w2.weight_scale_inv", DType::F8E8M0, {(D + 127) / 128, (I + 127) / 128}, q.scales.data(),
                   q.scales.size());
           add_f32(fitems, ep + "w2.weight", {D, I}, q.dequant);
           ++n_fp8;
