@@ -339,7 +339,13 @@ ScheduleResult AsyncPrefixScheduler::step(const Survivals& survivals, const Sche
   }
   // K for step t+2, from this step's survivals; the engine would compute it in the
   // background while step t+1 runs.
-  const int k = budget_global(survivals, sps_, caps).draft_tokens;
+  // A step without any draft says nothing about the budget (K would be 0 and, two steps
+  // later, would veto every draft, so nothing would ever be learned again): that step's
+  // successor falls back to schedule_greedy instead.
+  bool any_draft = false;
+  for (const auto& a : survivals) any_draft = any_draft || !a.empty();
+  std::optional<int> k;
+  if (any_draft) k = budget_global(survivals, sps_, caps).draft_tokens;
   next_budget_ = after_next_budget_;
   after_next_budget_ = k;
   ++steps_;

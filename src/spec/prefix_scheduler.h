@@ -172,7 +172,8 @@ class AsyncPrefixScheduler {
  public:
   explicit AsyncPrefixScheduler(SpsTable sps) : sps_(std::move(sps)) {}
 
-  // Schedules the current step and records its survivals/caps for step + 2.
+  // Schedules the current step and records its survivals/caps for step + 2. A step whose
+  // survivals hold no draft at all records no budget (step + 2 falls back to greedy).
   ScheduleResult step(const Survivals& survivals, const ScheduleCaps& caps = {});
   // K the next step() will use (nullopt: the next step falls back to schedule_greedy).
   std::optional<int> upcoming_budget() const;

@@ -626,7 +626,10 @@ TEST(SpecPrefixScheduler, AsyncUsesBudgetFromTwoStepsEarlier) {
   for (int step = 0; step < 40; ++step) {
     const Survivals s = draw_survivals(g, 3, 4, false);
     const ScheduleCaps caps = draw_caps(g, s);
-    if (step >= 2) {
+    bool history_has_drafts = false;
+    if (step >= 2)
+      for (const auto& a : hist[static_cast<size_t>(step - 2)]) history_has_drafts = history_has_drafts || !a.empty();
+    if (step >= 2 && history_has_drafts) {
       const int k = budget_global(hist[static_cast<size_t>(step - 2)], t, caps_hist[static_cast<size_t>(step - 2)]).draft_tokens;
       ASSERT_TRUE(sched.upcoming_budget().has_value());
       EXPECT_EQ(*sched.upcoming_budget(), k);
@@ -636,7 +639,7 @@ TEST(SpecPrefixScheduler, AsyncUsesBudgetFromTwoStepsEarlier) {
       EXPECT_EQ(r.lengths, want.lengths);
       EXPECT_DOUBLE_EQ(r.throughput, want.throughput);
     } else {
-      // No history yet: Algorithm 1 (lossless on its own).
+      // No history yet (or a step without drafts two steps back): Algorithm 1.
       EXPECT_FALSE(sched.upcoming_budget().has_value());
       const ScheduleResult r = sched.step(s, caps);
       EXPECT_TRUE(r.fallback);
@@ -656,7 +659,11 @@ TEST(SpecPrefixScheduler, AsyncUsesBudgetFromTwoStepsEarlier) {
   // Batches that shrink or empty out between steps.
   EXPECT_EQ(a.step({}).lengths, std::vector<int>{});
   EXPECT_EQ(a.step({{0.9f}}).lengths, std::vector<int>{1});  // K = 3 from two steps back, one draft exists
-  EXPECT_EQ(a.upcoming_budget(), std::optional<int>(0));     // from the empty step
+  // The empty step recorded no budget: its successor falls back to Algorithm 1 rather than
+  // vetoing every draft with K = 0 (which, with drafting skipped when it does not pay,
+  // would never let a draft be verified again).
+  EXPECT_FALSE(a.upcoming_budget().has_value());
+  EXPECT_TRUE(a.step({{0.9f, 0.9f}}).fallback);
   a.reset();
   EXPECT_EQ(a.steps(), 0);
   EXPECT_FALSE(a.upcoming_budget().has_value());
