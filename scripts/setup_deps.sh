@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config ccache
       nlohmann-json3-dev libpcre2-dev libcli11-dev libgtest-dev zlib1g-dev libutf8proc-dev
-      clang libclang-rt-14-dev)
+      clang libclang-rt-14-dev libcpp-httplib-dev prometheus)
 # Node.js (for npm-fetched test data) may come from Debian or NodeSource: check commands.
 command -v node >/dev/null || PKGS+=(nodejs)
 command -v npm >/dev/null || PKGS+=(npm)

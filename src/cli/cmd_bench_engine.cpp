@@ -9,10 +9,18 @@
 // policy's drafts verified per request-step. The dspark policy gets SPS(B) profiled at
 // start-up (verify-only curve at B = 1, 2, 4, ..., plus the measured per-request draft
 // time; sps_profile.h). Prints a Markdown table (or --json).
+//
+// KV pool flags (each engine gets a fresh pool): --kv-block-size, --kv-blocks (explicit
+// pool size, e.g. small to force preemption), --cache-prealloc-ratio (pool = that share
+// of the memory available after loading the weights), --dspark-shard-count,
+// --enable-cache-defrag, --cache-warmup-file (prompts prefilled into the prefix cache at
+// each engine's start). Per cell the pool's hit ratio, preemptions and peak blocks in use
+// are reported. --dspark-scheduler-policy picks the admission order (engine/scheduler.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,7 +53,28 @@ struct BenchEngineArgs {
   int max_tokens = 64, prompt_tokens = 256, rounds_per_slot = 2, threads = 0;
   float threshold = 0.3f;
   bool json = false;
+  // KV pool.
+  int kv_block_size = 16, shard_count = 8;
+  int64_t kv_blocks = 0;
+  double cache_prealloc_ratio = 0.0;
+  bool prealloc_given = false;
+  bool enable_cache_defrag = false;
+  std::string cache_warmup_file;
+  std::string scheduler_policy = "fcfs";
+  // Speculation health and the benchmark-only synthetic acceptance.
+  int dsw_min = 0, dsw_max = 0, self_heal_rounds = 5;
+  double synthetic_acceptance = -1.0;
 };
+
+// MemAvailable of /proc/meminfo in bytes (the budget --cache-prealloc-ratio takes a share of).
+uint64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  uint64_t kb = 0;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  throw Error("--cache-prealloc-ratio: cannot read MemAvailable from /proc/meminfo");
+}
 
 std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   std::vector<int> v;
@@ -69,6 +98,10 @@ struct Cell {
   int concurrency = 0, requests = 0;
   double seconds = 0, out_tok_s = 0, per_request_tok_s = 0, tau = 0, verified_per_step = 0;
   uint64_t tokens = 0;
+  // KV pool: blocks, peak blocks in use, prefix-cache hit ratio, preemptions.
+  int64_t kv_blocks = 0, kv_peak_used = 0;
+  double hit_ratio = 0;
+  uint64_t preemptions = 0;
 };
 
 int run_bench_engine(const BenchEngineArgs& a) {
@@ -79,11 +112,12 @@ int run_bench_engine(const BenchEngineArgs& a) {
   {
     std::stringstream ss(a.policies);
     for (std::string p; std::getline(ss, p, ',');) {
-      if (p != "none" && p != "fixed" && p != "threshold" && p != "dspark")
-        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark)");
+      if (p != "none" && p != "fixed" && p != "threshold" && p != "dspark" && p != "dspark-async")
+        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async)");
       policies.push_back(p);
     }
   }
+  parse_scheduler_policy(a.scheduler_policy);  // refuse a bad name before loading anything
   auto model = load_model(a.model_path);
   auto tok = Tokenizer::load(a.model_path);
   std::unique_ptr<Drafter> drafter;
@@ -99,12 +133,35 @@ int run_bench_engine(const BenchEngineArgs& a) {
       a.prompts_path, model->config().vocab_size, [&](const std::string& t) { return tok->encode(t, false); });
   for (auto& ids : prompts)
     if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
+  std::vector<std::vector<int32_t>> warmup;
+  if (!a.cache_warmup_file.empty()) {
+    try {
+      warmup = read_calibration_prompts(a.cache_warmup_file, model->config().vocab_size,
+                                        [&](const std::string& t) { return tok->encode(t, false); });
+    } catch (const Error& e) {  // the reader names its usual flag, --prompts
+      std::string msg = e.what();
+      if (msg.rfind("--prompts", 0) == 0) msg.replace(0, 9, "--cache-warmup-file");
+      throw Error(msg);
+    }
+  }
+  for (auto& ids : warmup)  // cut like the prompts, so a warm-up prompt is a prefix of its request
+    if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
+  uint64_t kv_budget = 0;
+  if (a.prealloc_given && a.kv_blocks > 0) throw Error("--kv-blocks, --cache-prealloc-ratio: give one of them, not both");
+  if (a.prealloc_given && !(a.cache_prealloc_ratio > 0.0))
+    throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(a.cache_prealloc_ratio));
+  if (a.prealloc_given) {
+    kv_budget = available_memory_bytes();
+    std::fprintf(stderr, "bench-engine: KV budget %.1f GiB available x --cache-prealloc-ratio %.2f\n",
+                 static_cast<double>(kv_budget) / (1ull << 30), a.cache_prealloc_ratio);
+  }
 
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
   std::optional<SpsTable> sps;
   double draft_ms = 0;
-  if (std::find(policies.begin(), policies.end(), "dspark") != policies.end()) {
-    if (!drafter->info().confidence_head) throw Error("--policies dspark: the drafter has no confidence head");
+  if (std::find(policies.begin(), policies.end(), "dspark") != policies.end() ||
+      std::find(policies.begin(), policies.end(), "dspark-async") != policies.end()) {
+    if (!drafter->info().confidence_head) throw Error("--policies dspark / dspark-async: the drafter has no confidence head");
     SpsProfileOptions po;
     const int max_b = *std::max_element(levels.begin(), levels.end()) * (drafter->info().max_draft_tokens + 1);
     for (int b = 1; b < max_b; b *= 2) po.points.push_back(b);
@@ -129,11 +186,23 @@ int run_bench_engine(const BenchEngineArgs& a) {
         o.calibration = cal ? &*cal : nullptr;
       }
       o.max_batch_tokens = std::max(512, c * ((drafter && policy != "none") ? drafter->info().max_draft_tokens + 1 : 1));
+      o.kv_block_size = a.kv_block_size;
+      o.kv_num_blocks = a.kv_blocks;
+      o.kv_budget_bytes = kv_budget;
+      if (a.prealloc_given) o.cache_prealloc_ratio = a.cache_prealloc_ratio;
+      o.shard_count = a.shard_count;
+      o.enable_cache_defrag = a.enable_cache_defrag;
+      o.cache_warmup_prompts = warmup;
+      o.scheduler_policy = parse_scheduler_policy(a.scheduler_policy);
+      o.health.min_window = a.dsw_min;
+      o.health.max_window = a.dsw_max;
+      o.health.collapse_rounds = a.self_heal_rounds;
+      if (policy != "none") o.synthetic_acceptance_rate = a.synthetic_acceptance;
       if (policy == "threshold") {
         o.policy = VerifyPolicy::Threshold;
         o.validation_threshold = a.threshold;
-      } else if (policy == "dspark") {
-        o.policy = VerifyPolicy::DSpark;
+      } else if (policy == "dspark" || policy == "dspark-async") {
+        o.policy = policy == "dspark" ? VerifyPolicy::DSpark : VerifyPolicy::DSparkAsync;
         o.sps = &*sps;
         o.draft_ms_per_request = draft_ms;
       }
@@ -160,7 +229,8 @@ int run_bench_engine(const BenchEngineArgs& a) {
         engine.submit(std::move(req));
       }
       const auto t0 = clock::now();
-      engine.run_until_idle();
+      int64_t peak = 0;
+      while (engine.step()) peak = std::max<int64_t>(peak, engine.stats().kv_blocks_used);
       const double secs = std::chrono::duration<double>(clock::now() - t0).count();
       Cell cell;
       cell.policy = policy;
@@ -179,24 +249,38 @@ int run_bench_engine(const BenchEngineArgs& a) {
       cell.tau = tau / static_cast<double>(tracks.size());
       const EngineStats st = engine.stats();
       cell.verified_per_step = st.verify_entries ? static_cast<double>(st.verified_draft_tokens) / st.verify_entries : 0.0;
+      cell.kv_blocks = st.kv_pool.total;
+      cell.kv_peak_used = peak;
+      cell.hit_ratio = st.kv_pool.hit_ratio;
+      cell.preemptions = st.preemptions;
       cells.push_back(cell);
-      std::fprintf(stderr, "  %-9s C=%-4d %6.1f tok/s  %6.1f tok/s/request  tau %.2f  (%d requests, %.1f s)\n",
-                   policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs);
+      std::fprintf(stderr,
+                   "  %-9s C=%-4d %6.1f tok/s  %6.1f tok/s/request  tau %.2f  (%d requests, %.1f s; KV %lld blocks, "
+                   "peak %lld used, hit ratio %.2f, %llu preemptions)\n",
+                   policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs,
+                   static_cast<long long>(cell.kv_blocks), static_cast<long long>(cell.kv_peak_used), cell.hit_ratio,
+                   static_cast<unsigned long long>(cell.preemptions));
     }
 
   if (a.json) {
     nlohmann::ordered_json j;
     j["threads"] = ThreadPool::global().size();
     j["max_tokens"] = a.max_tokens;
+    if (a.synthetic_acceptance > 0) j["synthetic_acceptance_rate"] = a.synthetic_acceptance;  // benchmark mode: not the target's output
     j["prompt_tokens_max"] = a.prompt_tokens;
     for (const Cell& c : cells)
       j["cells"].push_back({{"policy", c.policy}, {"concurrency", c.concurrency}, {"requests", c.requests},
                             {"seconds", c.seconds}, {"output_tokens", c.tokens}, {"output_tokens_per_s", c.out_tok_s},
                             {"tokens_per_s_per_request", c.per_request_tok_s}, {"tau", c.tau},
-                            {"drafts_verified_per_step", c.verified_per_step}});
+                            {"drafts_verified_per_step", c.verified_per_step}, {"kv_blocks", c.kv_blocks},
+                            {"kv_peak_blocks_used", c.kv_peak_used}, {"cache_hit_ratio", c.hit_ratio},
+                            {"preemptions", c.preemptions}});
     std::printf("%s\n", j.dump(1).c_str());
     return 0;
   }
+  if (a.synthetic_acceptance > 0)
+    std::printf("SYNTHETIC ACCEPTANCE %.3f: drafts accepted at random, output is not the target's (benchmark mode)\n",
+                a.synthetic_acceptance);
   std::printf("threads %d, %d new tokens per request, prompts <= %d tokens\n\n", ThreadPool::global().size(),
               a.max_tokens, a.prompt_tokens);
   std::printf("| policy | concurrency | output tok/s | tok/s per request | τ | drafts verified/step | × none |\n");
@@ -221,15 +305,41 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
   sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
-  sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark");
+  sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark, dspark-async");
   sub->add_option("--max-tokens", a->max_tokens, "New tokens per request")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "Prompts cut to at most this many tokens")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--rounds-per-slot", a->rounds_per_slot, "Requests per level = max(C, 8) x this")->check(CLI::Range(1, 1000));
   sub->add_option("--threshold", a->threshold, "Validation threshold of the threshold policy")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   add_matmul_precision_option(sub, &a->matmul_precision);
+  sub->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block of the paged pool")->check(CLI::Range(1, 4096));
+  sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: max concurrency full-length requests)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  sub->add_option("--dspark-scheduler-policy", a->scheduler_policy,
+                  "Admission order of waiting requests: fcfs, hit-rate, latency-aware, hybrid (with ageing)");
+  CLI::Option* prealloc = sub->add_option("--cache-prealloc-ratio", a->cache_prealloc_ratio,
+                  "Size the KV pool as this share (0, 1] of the memory available after loading the weights")
+      ->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--dspark-shard-count", a->shard_count, "Shards of the KV block pool")->check(CLI::Range(1, 4096));
+  sub->add_flag("--enable-cache-defrag", a->enable_cache_defrag, "Compact the KV pool whenever the engine goes idle");
+  sub->add_option("--cache-warmup-file", a->cache_warmup_file,
+                  "JSON lines ({\"prompt\": text} or {\"prompt_ids\": [...]}) prefilled into the prefix cache at start-up");
   sub->add_flag("--json", a->json, "Print one JSON object");
-  return [a] { return run_bench_engine(*a); };
+  sub->add_option("--dspark-dsw-min-window", a->dsw_min, "Dynamic drafter window: lower bound (with --dspark-dsw-max-window)")
+      ->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--dspark-dsw-max-window", a->dsw_max, "Dynamic drafter window: upper bound (0 = off)")
+      ->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--dspark-self-heal-rounds", a->self_heal_rounds,
+                  "Rounds without an accepted draft before a request falls back to plain decoding (0 = off)")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance,
+                  "BENCHMARK ONLY: accept each draft with this probability instead of verifying it (output is not "
+                  "the target's; for scheduling measurements on random-weight models)")
+      ->check(CLI::Range(0.0, 1.0));
+  return [a, prealloc] {
+    a->prealloc_given = prealloc->count() > 0;
+    return run_bench_engine(*a);
+  };
 }
 
 }  // namespace dsinfer::cli

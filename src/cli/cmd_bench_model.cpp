@@ -12,6 +12,7 @@
 #include <random>
 
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "kernels/cpu/matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -19,6 +20,9 @@
 #include "kernels/cpu/membw.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#ifdef DSINFER_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace dsinfer::cli {
 
@@ -32,6 +36,7 @@ struct BenchModelArgs {
   int decode_tokens = 64;
   int repeat = 3;
   bool json = false;
+  DeviceArgs dev;  // --device cpu|cuda: on cuda, decode returns only argmax ids to the host
 };
 
 double now_s() {
@@ -46,7 +51,7 @@ int run_bench_model(const BenchModelArgs& a) {
   apply_matmul_precision(a.matmul_precision);
   const int threads = ThreadPool::global().size();
   const double t_load0 = now_s();
-  auto model = load_model(a.model_path);
+  auto model = load_model_on_device(a.model_path, a.dev);
   const double load_s = now_s() - t_load0;
   const ModelConfig& c = model->config();
   const int V = c.vocab_size;
@@ -82,11 +87,12 @@ int run_bench_model(const BenchModelArgs& a) {
     int next = argmax(out.logits.data(), V);
     ForwardBatch dec;
     dec.entries.push_back({0, {next}, {0}});
+    std::vector<int32_t> ids;
     const double t1 = now_s();
     for (int i = 0; i < a.decode_tokens; ++i) {
       dec.entries[0].tokens[0] = next;
-      model->forward(*kv, dec, out);
-      next = argmax(out.logits.data(), V);
+      model->forward_argmax(*kv, dec, out, ids);  // a GPU model sends back the id alone
+      next = ids.at(0);
     }
     decode_runs.push_back(now_s() - t1);
   }
@@ -99,7 +105,15 @@ int run_bench_model(const BenchModelArgs& a) {
   const double prefill_tps_median = a.prompt_tokens / median(prefill_runs);
   const double decode_tps_median = a.decode_tokens / median(decode_runs);
 
-  const double bw = measure_memory_bandwidth_gbs(threads);
+  double bw = 0.0;
+  if (device_is_cuda(a.dev)) {
+#ifdef DSINFER_HAS_CUDA
+    bw = cuda_copy_bandwidth_gbs();  // device-to-device copy, bytes read + written
+#endif
+  } else {
+    bw = measure_memory_bandwidth_gbs(threads);
+  }
+  const std::string device = device_summary(a.dev);
   const double bytes = static_cast<double>(model->decode_weight_bytes());
   const double prefill_tps = a.prompt_tokens / prefill_s;
   const double decode_tps = a.decode_tokens / decode_s;
@@ -110,6 +124,7 @@ int run_bench_model(const BenchModelArgs& a) {
     nlohmann::json j = {{"model_path", a.model_path},
                         {"architecture", c.architecture},
                         {"threads", threads},
+                        {"device", device},
                         {"isa", isa_level_name(isa_level())},
                         {"matmul_precision", matmul_precision_name(matmul_precision())},
                         {"load_s", load_s},
@@ -137,7 +152,9 @@ int run_bench_model(const BenchModelArgs& a) {
     std::printf("decode (batch 1) %d tokens: best %.2f tokens/s, median %.2f (%d runs)\n", a.decode_tokens, decode_tps,
                 decode_tps_median, a.repeat);
     std::printf("weights/token    %.1f MB\n", bytes / 1e6);
-    std::printf("memory bandwidth %.2f GB/s (measured, %d threads)\n", bw, threads);
+    std::printf("device           %s\n", device.c_str());
+    std::printf("memory bandwidth %.2f GB/s (measured, %s)\n", bw,
+                device_is_cuda(a.dev) ? "device-to-device copy, read + write" : (std::to_string(threads) + " threads").c_str());
     std::printf("roofline         %.2f tokens/s; decode reaches %.1f%% of it\n", roofline, pct);
   }
   return 0;
@@ -151,6 +168,7 @@ Runner register_bench_model(CLI::App& app) {
   sub->add_option("--model-path", args->model_path, "Hugging Face model directory")->required();
   sub->add_option("--threads", args->threads, "Worker threads (0 = all hardware threads)");
   add_matmul_precision_option(sub, &args->matmul_precision);
+  add_device_options(sub, &args->dev);
   sub->add_option("--prompt-tokens", args->prompt_tokens, "Tokens in the timed prefill")->capture_default_str();
   sub->add_option("--decode-tokens", args->decode_tokens, "Tokens in the timed batch-1 decode")->capture_default_str();
   sub->add_option("--repeat", args->repeat, "Timed repetitions (best and median reported)")->capture_default_str();

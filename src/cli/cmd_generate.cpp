@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -65,6 +66,7 @@ struct GenerateArgs {
   float validation_threshold = -1;   // -1: unset
   std::string spec_schedule;         // "": the method's default (see resolve_schedule)
   std::string sps_table_path;        // --sps-table: a fixed SPS(B) table instead of profiling
+  DeviceArgs dev;                    // --device cpu|cuda and the CUDA options
 };
 
 // What the speculation options point at; lives as long as the run.
@@ -204,7 +206,7 @@ int run_generate(const GenerateArgs& a) {
   if (!a.chat && !a.system.empty()) throw Error("--system: only used with --chat");
   if (!a.chat && a.no_think) throw Error("--no-think: only used with --chat");
 
-  auto model = load_model(a.model_path);
+  auto model = load_model_on_device(a.model_path, a.dev);
   const ModelConfig& cfg = model->config();
   std::unique_ptr<Tokenizer> tok;
   if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
@@ -339,6 +341,7 @@ Runner register_generate(CLI::App& app) {
   sub->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the model's end-of-sequence ids");
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   add_matmul_precision_option(sub, &a->matmul_precision);
+  add_device_options(sub, &a->dev);
   sub->add_flag("--json", a->json, "Print one JSON object with ids, text, timings and speculation stats");
   sub->add_option("--draft-model-path", a->draft_model_path, "Draft checkpoint directory (DFlash / DSpark)");
   sub->add_option("--spec", a->spec, "Speculative decoding method (none = plain decoding)")

@@ -21,6 +21,12 @@ Runner register_make_random_model(CLI::App& app);
 Runner register_calibrate(CLI::App& app);
 Runner register_debug_dflash(CLI::App& app);
 Runner register_bench_engine(CLI::App& app);
+Runner register_serve(CLI::App& app);
+// The harness (src/harness/): load generator, tuner, environment check, cache statistics.
+Runner register_bench(CLI::App& app);
+Runner register_tune(CLI::App& app);
+Runner register_check_env(CLI::App& app);
+Runner register_cache_stats(CLI::App& app);
 
 }  // namespace dsinfer::cli
 

@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_calibrate);
   add(dsinfer::cli::register_debug_dflash);
   add(dsinfer::cli::register_bench_engine);
+  add(dsinfer::cli::register_serve);
+  add(dsinfer::cli::register_bench);
+  add(dsinfer::cli::register_tune);
+  add(dsinfer::cli::register_check_env);
+  add(dsinfer::cli::register_cache_stats);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

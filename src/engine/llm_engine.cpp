@@ -2,10 +2,15 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <chrono>
+#include <cstring>
 
 #include "core/error.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
+#include "model/paged_kv_cache.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/prefix_scheduler.h"
@@ -17,7 +22,14 @@ struct LLMEngine::Sequence {
   uint64_t id = 0;
   EngineRequest req;
   int slot = -1;
-  int prefilled = 0;       // prompt tokens already in the KV cache
+  // What the prefill computes: the prompt, or after a preemption the prompt and every
+  // emitted token but the anchor (`resumed`: the anchor is known, no token is sampled at
+  // the end of that prefill). prefilled = positions of `context` already in the KV cache.
+  std::vector<int32_t> context;
+  bool resumed = false;
+  int prefilled = 0;
+  BlockTable table;        // the request's KV blocks (empty while waiting)
+  uint64_t queued_at = 0;  // step_clock_ when it (re)joined the waiting queue
   bool decoding = false;   // prompt done; anchor holds the next token to verify
   int32_t anchor = 0;
   std::unique_ptr<DraftSequence> draft;
@@ -32,6 +44,8 @@ struct LLMEngine::Sequence {
   double last_gain = 1e30;  // unknown: draft
   int last_len = 0, skipped = 0;
   int probe_interval = 8;  // skipped steps before a re-probe; doubles while probes do not pay (<= 64)
+  SpecHealth health;       // self-healing fallback and dynamic window (EngineOptions::health)
+  int window_applied = 0;  // the drafter window last set on `draft`
   // This step's work and output.
   DraftProposal prop;
   std::vector<int32_t> step_ids;
@@ -42,9 +56,16 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   if (opts_.max_running < 1) throw Error("engine: max_running must be >= 1");
   if (opts_.max_model_len < 2) throw Error("engine: max_model_len must be >= 2");
   if (opts_.max_batch_tokens < 1) throw Error("engine: max_batch_tokens must be >= 1");
-  if (opts_.policy == VerifyPolicy::DSpark && !opts_.sps) throw Error("engine: the dspark policy needs an SPS table");
+  if (is_dspark_policy(opts_.policy) && !opts_.sps) throw Error("engine: the dspark policies need an SPS table");
   if (opts_.policy == VerifyPolicy::Threshold && opts_.validation_threshold <= 0.0f)
     throw Error("engine: the threshold policy needs validation_threshold > 0");
+  validate_spec_health_options(opts_.health);
+  if (opts_.health.max_window > 0 && !(opts_.drafter && opts_.drafter->supports_window()))
+    throw Error("--dspark-dsw-min-window / --dspark-dsw-max-window: need a block drafter (DFlash / DSpark)");
+  if (opts_.synthetic_acceptance_rate >= 0.0 && !(opts_.synthetic_acceptance_rate > 0.0 && opts_.synthetic_acceptance_rate <= 1.0))
+    throw Error("--synthetic-acceptance-rate: must be in (0, 1], got " + std::to_string(opts_.synthetic_acceptance_rate));
+  if (opts_.synthetic_acceptance_rate > 0.0 && !opts_.drafter)
+    throw Error("--synthetic-acceptance-rate: needs a drafter (it replaces the acceptance of real drafts)");
   if (opts_.drafter) {
     const DrafterInfo& info = opts_.drafter->info();
     max_drafts_ = opts_.max_draft_tokens >= 0 ? std::min(opts_.max_draft_tokens, info.max_draft_tokens)
@@ -53,7 +74,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     capture_ = info.target_layer_ids;
     feat_ = static_cast<int>(capture_.size()) * model.config().hidden_size;
     if (opts_.policy != VerifyPolicy::Fixed && !info.confidence_head)
-      throw Error("engine: the " + std::string(opts_.policy == VerifyPolicy::DSpark ? "dspark" : "threshold") +
+      throw Error("engine: the " + std::string(is_dspark_policy(opts_.policy) ? "dspark" : "threshold") +
                   " policy needs a drafter with a confidence head");
   } else if (opts_.policy != VerifyPolicy::Fixed) {
     throw Error("engine: verify policies other than fixed need a drafter");
@@ -63,8 +84,81 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   if (opts_.max_batch_tokens < max_drafts_ + 1)
     throw Error("engine: max_batch_tokens (" + std::to_string(opts_.max_batch_tokens) +
                 ") must hold one verify block (" + std::to_string(max_drafts_ + 1) + " tokens)");
-  kv_ = model.make_kv_cache(opts_.max_running, opts_.max_model_len + max_drafts_ + 1);
+  // The paged KV cache: a BlockPool (ids, prefix cache) over PagedKVCache storage.
+  const ModelConfig& mc = model.config();
+  if (opts_.kv_block_size < 1) throw Error("kv_block_size: must be >= 1, got " + std::to_string(opts_.kv_block_size));
+  if (opts_.shard_count < 1) throw Error("shard_count: must be >= 1, got " + std::to_string(opts_.shard_count));
+  const int bs = opts_.kv_block_size;
+  max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
+  int64_t blocks = opts_.kv_num_blocks;
+  if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
+    KVLayout layout;
+    layout.n_layers = mc.num_hidden_layers;
+    layout.n_kv_heads = mc.num_key_value_heads;
+    layout.head_dim = mc.head_dim;
+    layout.block_size = bs;
+    blocks = blocks_for_budget(opts_.kv_budget_bytes, opts_.cache_prealloc_ratio, layout);
+    // With a drafter each block also keeps its positions' captured rows (feature store):
+    // the budget covers both.
+    const double kv_bytes = static_cast<double>(layout.bytes_per_block());
+    if (feat_) blocks = static_cast<int64_t>(static_cast<double>(blocks) * kv_bytes / (kv_bytes + 4.0 * bs * feat_));
+  } else if (blocks <= 0) {
+    blocks = static_cast<int64_t>(opts_.max_running) * ((max_seq_tokens_ + bs - 1) / bs + 1);
+  }
+  if (blocks < opts_.shard_count)
+    throw Error("kv_num_blocks: " + std::to_string(blocks) + " KV blocks is fewer than shard_count (" +
+                std::to_string(opts_.shard_count) + "); raise the memory budget or lower the shard count");
+  BlockPoolConfig pc;
+  pc.num_blocks = blocks;
+  pc.block_size = bs;
+  pc.shard_count = opts_.shard_count;
+  pool_ = std::make_unique<BlockPool>(pc);
+  auto paged = std::make_unique<PagedKVCache>(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, bs, blocks,
+                                              opts_.max_running, max_seq_tokens_);
+  paged_ = paged.get();
+  kv_ = std::move(paged);
+  // Uninitialised (no fill): pages are committed as blocks are written.
+  if (feat_) features_.reset(new float[static_cast<size_t>(blocks) * bs * static_cast<size_t>(feat_)]);
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
+  block_max_drafts_ = max_drafts_;
+  runtime_.policy = opts_.policy;
+  runtime_.validation_threshold = opts_.validation_threshold;
+  runtime_.scheduler_policy = opts_.scheduler_policy;
+  stats_.kv_blocks_total = static_cast<int>(blocks);
+  stats_.kv_block_tokens = bs;
+  warm_up();
+}
+
+EngineRuntimeConfig LLMEngine::runtime_config() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return runtime_;
+}
+
+void LLMEngine::set_runtime_config(const EngineRuntimeConfig& c) {
+  // The same rules as the constructor's, so a change can never produce a state the
+  // engine could not have been built with.
+  if (!(c.validation_threshold >= 0.0f && c.validation_threshold <= 1.0f))
+    throw Error("validation_threshold: must be in [0, 1], got " + std::to_string(c.validation_threshold));
+  if (c.max_reuse_depth < -1) throw Error("max_reuse_depth: must be >= 0 (or -1: the drafter's block)");
+  if (c.window_size < 0) throw Error("window_size: must be >= 0 (0: the drafter's configured window)");
+  if (c.window_size > 0 && !(opts_.drafter && opts_.drafter->supports_window()))
+    throw Error("window_size: the drafter has no context window to change");
+  if (c.policy != VerifyPolicy::Fixed) {
+    const char* name = c.policy == VerifyPolicy::DSpark ? "dspark" : c.policy == VerifyPolicy::DSparkAsync ? "dspark-async" : "threshold";
+    if (!opts_.drafter) throw Error(std::string("schedule_policy: ") + name + " needs a drafter (the engine runs plain decoding)");
+    if (!opts_.drafter->info().confidence_head)
+      throw Error(std::string("schedule_policy: ") + name + " needs a drafter with a confidence head");
+  }
+  if (is_dspark_policy(c.policy) && !opts_.sps)
+    throw Error("schedule_policy: dspark / dspark-async need an SPS table (the engine was started without one)");
+  if (c.policy == VerifyPolicy::Threshold && c.validation_threshold <= 0.0f)
+    throw Error("validation_threshold: the threshold policy needs a value > 0");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    runtime_ = c;
+    runtime_pending_ = true;
+  }
+  cv_.notify_all();
 }
 
 LLMEngine::~LLMEngine() {
@@ -89,7 +183,18 @@ uint64_t LLMEngine::submit(EngineRequest req) {
     throw Error("max_tokens: prompt (" + std::to_string(req.prompt.size()) + ") + max_tokens (" +
                 std::to_string(req.stop.max_tokens) + ") exceeds the model length limit (" +
                 std::to_string(std::min<int64_t>(opts_.max_model_len, cfg.max_position_embeddings)) + ")");
+  {
+    // Alone in the pool (everything else preempted or evicted) the request must fit, with
+    // its largest verify block and one copy-on-write block; otherwise it could never finish.
+    const int bs = pool_->block_size();
+    const int64_t need = (total + block_max_drafts_ + 1 + bs - 1) / bs + 1;
+    if (need > pool_->num_blocks())
+      throw Error("max_tokens: prompt (" + std::to_string(req.prompt.size()) + ") + max_tokens (" +
+                  std::to_string(req.stop.max_tokens) + ") needs " + std::to_string(need) + " KV blocks of " +
+                  std::to_string(bs) + " tokens; the pool has " + std::to_string(pool_->num_blocks()));
+  }
   auto s = std::make_unique<Sequence>();
+  s->health = SpecHealth(opts_.health);
   s->rng = Rng(req.sampling.seed);
   Sequence* raw = s.get();
   s->out = std::make_unique<OutputStream>(opts_.tokenizer, req.stop,
@@ -118,6 +223,7 @@ void LLMEngine::take_inbox() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     while (!inbox_.empty()) {
+      inbox_.front()->queued_at = step_clock_;
       waiting_.push_back(std::move(inbox_.front()));
       inbox_.pop_front();
     }
@@ -130,21 +236,210 @@ void LLMEngine::take_inbox() {
   }
 }
 
+namespace {
+
+// Priority first, then arrival (ids grow with arrival; a preempted request keeps its id,
+// so it goes back ahead of later arrivals).
+template <class P>
+bool runs_before(const P& a, const P& b) {
+  return a->req.priority != b->req.priority ? a->req.priority > b->req.priority : a->id < b->id;
+}
+
+// Tokens a decoding request writes next step: the anchor and at most this many drafts.
+template <class S>
+int next_step_tokens(const S& s, int max_drafts) {
+  return 1 + (s.draft ? std::max(0, std::min(max_drafts, s.out->remaining() - 1)) : 0);
+}
+
+}  // namespace
+
 void LLMEngine::admit() {
-  // Priority first, then arrival (ids grow with arrival).
-  std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) {
-    return a->req.priority != b->req.priority ? a->req.priority > b->req.priority : a->id < b->id;
-  });
+  if (opts_.scheduler_policy == SchedulerPolicy::Fcfs) {
+    std::stable_sort(waiting_.begin(), waiting_.end(), [](const auto& a, const auto& b) { return runs_before(a, b); });
+  } else if (waiting_.size() > 1) {
+    std::vector<AdmissionCandidate> cands;
+    for (const auto& w : waiting_) {
+      const std::vector<int32_t>& ctx = w->context.empty() ? w->req.prompt : w->context;
+      AdmissionCandidate c;
+      c.priority = w->req.priority;
+      c.arrival = w->id;
+      c.waited_steps = static_cast<int64_t>(step_clock_ - w->queued_at);
+      c.prompt_tokens = static_cast<int>(ctx.size());
+      c.cached_tokens = pool_->peek_cached_tokens(ctx);
+      c.work_tokens = c.prompt_tokens - c.cached_tokens + w->out->remaining();
+      cands.push_back(c);
+    }
+    const std::vector<size_t> order = admission_order(opts_.scheduler_policy, cands, opts_.scheduler_aging_steps);
+    std::vector<std::unique_ptr<Sequence>> sorted;
+    for (size_t i : order) sorted.push_back(std::move(waiting_[i]));
+    waiting_ = std::move(sorted);
+  }
+  // Admission control: a request is admitted only when its prompt's blocks (minus those
+  // the prefix cache serves) fit next to what the running decoders need for their next
+  // verify blocks; else it waits (and so does everything behind it, so it cannot starve).
+  int64_t reserve = decode_reserve();
+  const int bs = pool_->block_size();
   size_t i = 0;
   for (; i < waiting_.size() && !free_slots_.empty(); ++i) {
     Sequence& s = *waiting_[i];
+    if (s.context.empty()) s.context = s.req.prompt;
+    const int64_t len = static_cast<int64_t>(s.context.size());
+    const int64_t need = (len + bs - 1) / bs - pool_->peek_cached_tokens(s.context) / bs;
+    if (!pool_->can_allocate(need + reserve)) break;
+    const AdmitResult ar = pool_->admit(s.table, s.context);
+    if (!ar.ok) break;
     s.slot = free_slots_.back();
     free_slots_.pop_back();
-    kv_->clear(s.slot);
-    if (opts_.drafter) s.draft = opts_.drafter->start();
+    s.prefilled = ar.cached_tokens;  // shared full blocks are not recomputed
+    bind(s, s.prefilled);
+    if (!s.resumed) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.prompt_tokens_cached += static_cast<uint64_t>(ar.cached_tokens);
+    }
+    if (opts_.drafter) {
+      s.draft = opts_.drafter->start();
+      // The drafter still gets the whole context: the cached positions' captured target
+      // rows come from the feature store, written when those blocks were computed.
+      s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
+      s.pending_hidden.resize(static_cast<size_t>(ar.cached_tokens) * static_cast<size_t>(feat_));
+      const std::span<const int32_t> blocks = s.table.blocks();
+      for (int p = 0; p < ar.cached_tokens && feat_; ++p)
+        std::memcpy(s.pending_hidden.data() + static_cast<size_t>(p) * feat_,
+                    features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
+                    static_cast<size_t>(feat_) * sizeof(float));
+    }
+    defrag_due_ = true;
     running_.push_back(std::move(waiting_[i]));
   }
   waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<ptrdiff_t>(i));
+}
+
+int64_t LLMEngine::decode_reserve() const {
+  int64_t n = 0;
+  for (const auto& s : running_)
+    if (s->decoding && !s->finished) n += pool_->blocks_needed(s->table, next_step_tokens(*s, max_drafts_));
+  return n;
+}
+
+void LLMEngine::make_room_for_decoding() {
+  // Requests keep their blocks in priority order: while the decoders' next verify blocks
+  // do not fit, the lowest-priority, latest running request is preempted. The highest
+  // priority one always fits alone (submit() refuses requests that could not), so some
+  // request always progresses.
+  std::stable_sort(running_.begin(), running_.end(), [](const auto& a, const auto& b) { return runs_before(a, b); });
+  while (true) {
+    const int64_t need = decode_reserve();
+    if (need == 0 || pool_->can_allocate(need)) return;
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend() && !victim; ++it)
+      if (!(*it)->finished) victim = it->get();
+    if (!victim) return;
+    preempt(*victim);
+  }
+}
+
+void LLMEngine::preempt(Sequence& s) {
+  pool_->free(s.table);  // its committed full blocks stay cached (idle) until evicted
+  paged_->unbind(s.slot);
+  free_slots_.push_back(s.slot);
+  s.slot = -1;
+  s.draft.reset();
+  s.pending_tokens.clear();
+  s.pending_hidden.clear();
+  if (s.decoding) {
+    // Recompute prompt + emitted tokens except the anchor (not in the KV cache yet); the
+    // streamed tokens stay streamed and decoding continues from the same anchor.
+    const std::vector<int32_t>& ids = s.out->ids();
+    s.context = s.req.prompt;
+    s.context.insert(s.context.end(), ids.begin(), ids.end() - 1);
+    s.resumed = true;
+  }
+  s.decoding = false;
+  s.prefilled = 0;
+  s.queued_at = step_clock_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.preemptions++;
+  }
+  for (auto it = running_.begin(); it != running_.end(); ++it)
+    if (it->get() == &s) {
+      waiting_.push_back(std::move(*it));
+      running_.erase(it);
+      break;
+    }
+}
+
+void LLMEngine::bind(Sequence& s, int length) { paged_->bind(s.slot, s.table.blocks(), length); }
+
+void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden) {
+  if (!feat_ || !hidden) return;
+  const int bs = pool_->block_size();
+  for (int i = 0; i < n; ++i) {
+    const int p = start + i;
+    std::memcpy(features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
+                hidden + static_cast<size_t>(i) * feat_, static_cast<size_t>(feat_) * sizeof(float));
+  }
+}
+
+void LLMEngine::warm_up() {
+  // Each prompt is prefilled (chunks of max_batch_tokens, slot 0, captured rows stored
+  // for the drafter) and committed, then its table is freed: its full blocks stay in the
+  // prefix cache as idle entries, evicted last-used-first like any other.
+  const int V = model_.config().vocab_size;
+  const auto& prompts = opts_.cache_warmup_prompts;
+  for (size_t w = 0; w < prompts.size(); ++w) {
+    const std::vector<int32_t>& p = prompts[w];
+    const std::string where = "cache warm-up prompt " + std::to_string(w);
+    if (p.empty()) throw Error(where + ": empty");
+    for (int32_t t : p)
+      if (t < 0 || t >= V)
+        throw Error(where + ": token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+    if (static_cast<int>(p.size()) > opts_.max_model_len)
+      throw Error(where + ": " + std::to_string(p.size()) + " tokens exceed max_model_len (" +
+                  std::to_string(opts_.max_model_len) + ")");
+    BlockTable t;
+    const AdmitResult ar = pool_->admit(t, p);
+    if (!ar.ok)
+      throw Error(where + ": " + std::to_string(p.size()) + " tokens do not fit the KV pool (" +
+                  std::to_string(pool_->num_blocks()) + " blocks)");
+    const int len = static_cast<int>(p.size());
+    ForwardOutput out;
+    for (int done = ar.cached_tokens; done < len;) {
+      const int chunk = std::min(len - done, opts_.max_batch_tokens);
+      ForwardBatch b;
+      b.capture_layers = capture_;
+      b.entries.push_back({0, std::vector<int32_t>(p.begin() + done, p.begin() + done + chunk), {}});
+      paged_->bind(0, t.blocks(), done);
+      model_.forward(*kv_, b, out);
+      store_features(t.blocks(), done, chunk, out.captured.data());
+      done += chunk;
+      pool_->commit(t, done);
+    }
+    pool_->free(t);
+    stats_.warmup_prompts++;
+  }
+  paged_->unbind(0);
+}
+
+void LLMEngine::defrag_if_idle() {
+  // --enable-cache-defrag: when nothing runs (so no table holds a block), drop cache
+  // entries no lookup can reach and renumber the cached blocks to the low end of each
+  // shard; K/V (and drafter features) move with them.
+  if (!opts_.enable_cache_defrag || !defrag_due_ || !running_.empty()) return;
+  defrag_due_ = false;
+  const CompactResult r = pool_->compact({});
+  if (!r.ok) return;  // only when tables hold blocks, which they do not while idle
+  const int bs = pool_->block_size();
+  for (const BlockMove& m : r.moves) {
+    paged_->copy_block(m.from, m.to, bs);
+    if (feat_)
+      std::memcpy(features_.get() + static_cast<size_t>(m.to) * bs * feat_,
+                  features_.get() + static_cast<size_t>(m.from) * bs * feat_,
+                  static_cast<size_t>(bs) * feat_ * sizeof(float));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.cache_defrags++;
+  stats_.defrag_moves += r.moves.size();
 }
 
 void LLMEngine::finish(Sequence& s, const std::string& reason, const std::string& error) {
@@ -161,8 +456,9 @@ void LLMEngine::finish(Sequence& s, const std::string& reason, const std::string
   ev.prompt_tokens = static_cast<int>(s.req.prompt.size());
   ev.completion_tokens = static_cast<int>(s.out->ids().size());
   ev.spec = s.spec;
+  if (s.table.admitted()) pool_->free(s.table);  // KV freed at once
   if (s.slot >= 0) {
-    kv_->clear(s.slot);  // KV freed at once
+    paged_->unbind(s.slot);
     free_slots_.push_back(s.slot);
     s.slot = -1;
   }
@@ -207,7 +503,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // is lossless (it only decides which requests get drafts). A request left out re-probes
   // after probe_interval skipped steps so its estimate stays current; the interval doubles
   // (8 → 64) each time it is left out again right after a probe, and resets when selected.
-  if (opts_.policy != VerifyPolicy::DSpark || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
+  if (!is_dspark_policy(opts_.policy) || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
   const int R = static_cast<int>(dec.size());
   std::vector<int> order(dec.size());
   for (int i = 0; i < R; ++i) order[static_cast<size_t>(i)] = i;
@@ -243,6 +539,21 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
 
 bool LLMEngine::step() {
   std::lock_guard<std::mutex> step_lock(step_mu_);
+  const auto step_start = std::chrono::steady_clock::now();
+  {
+    // Runtime settings queued by set_runtime_config apply from this step on.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (runtime_pending_) {
+      opts_.policy = runtime_.policy;
+      opts_.validation_threshold = runtime_.validation_threshold;
+      max_drafts_ = runtime_.max_reuse_depth >= 0 ? std::min(runtime_.max_reuse_depth, block_max_drafts_)
+                                                  : block_max_drafts_;
+      window_size_ = runtime_.window_size;
+      opts_.scheduler_policy = runtime_.scheduler_policy;
+      runtime_pending_ = false;
+    }
+  }
+  ++step_clock_;
   take_inbox();
   auto drop_finished = [&](std::vector<std::unique_ptr<Sequence>>& v) {
     v.erase(std::remove_if(v.begin(), v.end(), [](const auto& s) { return s->finished; }), v.end());
@@ -250,12 +561,18 @@ bool LLMEngine::step() {
   drop_finished(waiting_);
   drop_finished(running_);
   admit();
+  make_room_for_decoding();
   if (running_.empty()) {
+    if (async_sched_) async_sched_->reset();  // a new batch starts without budget history
+    defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = 0;
     stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
+    stats_.kv_blocks_used = 0;
+    stats_.kv_tokens_stored = 0;
     return false;
   }
+  StepObservation obs;
   const int V = model_.config().vocab_size;
 
   // 3. Drafting for every request past its prefill, then the verify policy.
@@ -263,19 +580,51 @@ bool LLMEngine::step() {
   for (auto& s : running_)
     if (s->decoding) dec.push_back(s.get());
   const std::vector<bool> drafts = choose_drafting(dec);
-  for (size_t r = 0; r < dec.size(); ++r) {
-    Sequence* s = dec[r];
-    s->prop = DraftProposal{};
-    const int n_max = std::min(max_drafts_, s->out->remaining() - 1);
-    if (s->draft && n_max > 0 && drafts[r]) {
-      if (!s->pending_tokens.empty()) {
-        opts_.drafter->commit_context(*s->draft, s->pending_tokens.data(),
-                                      feat_ ? s->pending_hidden.data() : nullptr,
-                                      static_cast<int>(s->pending_tokens.size()));
-        s->pending_tokens.clear();
-        s->pending_hidden.clear();
+  // One batched drafter pass for all drafting requests: first their pending committed
+  // rows (one commit over every sequence), then their blocks (one propose over all), so
+  // the drafter's weights are read once per step, not once per request. Results are
+  // bit-identical to per-request calls (Drafter::propose_batch).
+  {
+    std::vector<ContextBatchItem> commits;
+    std::vector<DraftBatchItem> items;
+    std::vector<Sequence*> owners;
+    for (size_t r = 0; r < dec.size(); ++r) {
+      Sequence* s = dec[r];
+      s->prop = DraftProposal{};
+      if (s->draft && s->health.tick() == HealthEvent::Resumed)
+        std::fprintf(stderr, "engine: request %llu: self-healing re-probe, drafting again\n",
+                     static_cast<unsigned long long>(s->id));
+      const int n_max = std::min(max_drafts_, s->out->remaining() - 1);
+      if (!(s->draft && n_max > 0 && drafts[r] && s->health.drafting_allowed())) continue;
+      // The dynamic drafter window, else the runtime one (hot reload), else the configured one.
+      const int window = s->health.window() ? s->health.window() : window_size_;
+      if (window != s->window_applied) {
+        opts_.drafter->set_window(*s->draft, window);
+        s->window_applied = window;
       }
-      s->prop = opts_.drafter->propose(*s->draft, s->anchor, n_max, s->req.sampling, s->rng);
+      if (!s->pending_tokens.empty())
+        commits.push_back({s->draft.get(), s->pending_tokens.data(), feat_ ? s->pending_hidden.data() : nullptr,
+                           static_cast<int>(s->pending_tokens.size())});
+      items.push_back({s->draft.get(), s->anchor, n_max, &s->req.sampling, &s->rng});
+      owners.push_back(s);
+    }
+    if (!commits.empty()) opts_.drafter->commit_context_batch(commits);
+    for (Sequence* s : owners) {
+      s->pending_tokens.clear();
+      s->pending_hidden.clear();
+    }
+    if (!items.empty()) {
+      std::vector<DraftProposal> props = opts_.drafter->propose_batch(items);
+      for (size_t i = 0; i < owners.size(); ++i) owners[i]->prop = std::move(props[i]);
+    }
+    if (opts_.synthetic_acceptance_rate > 0.0) {
+      // Benchmark mode: the schedulers see confidences equal to the synthetic acceptance.
+      const double p = std::min(opts_.synthetic_acceptance_rate, 1.0 - 1e-6);
+      const float z = static_cast<float>(std::log(p / (1.0 - p)));
+      for (Sequence* s : owners) {
+        s->prop.confidence_logits.assign(s->prop.tokens.size(), z);
+        s->prop.confidence.assign(s->prop.tokens.size(), static_cast<float>(p));
+      }
     }
   }
   Survivals survivals(dec.size());
@@ -285,7 +634,13 @@ bool LLMEngine::step() {
     const DraftProposal& p = dec[r]->prop;
     int n = static_cast<int>(p.tokens.size());
     if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
-      survivals[r] = calibrated_survival(opts_.calibration ? *opts_.calibration : Calibration{}, p.confidence_logits);
+      if (opts_.synthetic_acceptance_rate > 0.0) {  // benchmark mode: the true survival p^j
+        survivals[r].resize(p.tokens.size());
+        double a = 1.0;
+        for (size_t j = 0; j < p.tokens.size(); ++j) survivals[r][j] = static_cast<float>(a *= opts_.synthetic_acceptance_rate);
+      } else {
+        survivals[r] = calibrated_survival(opts_.calibration ? *opts_.calibration : Calibration{}, p.confidence_logits);
+      }
       if (opts_.validation_threshold > 0.0f) n = static_threshold_length(survivals[r], opts_.validation_threshold, n);
     }
     caps.per_request.push_back(RequestCaps{n, -1, -1});
@@ -297,6 +652,11 @@ bool LLMEngine::step() {
                                                            opts_.draft_ms_per_request), caps);
     else
       sched = schedule_greedy(survivals, *opts_.sps, caps);
+  } else if (opts_.policy == VerifyPolicy::DSparkAsync) {
+    // K from two steps earlier, top K by current survival. With a draft cost the curve is
+    // the verify-only one: K trades verify rows only, the drafting choice already paid.
+    if (!async_sched_) async_sched_ = std::make_unique<AsyncPrefixScheduler>(*opts_.sps);
+    sched = async_sched_->step(survivals, caps);
   } else {
     sched = fixed_lengths(caps);
   }
@@ -304,7 +664,7 @@ bool LLMEngine::step() {
     DraftProposal& p = dec[r]->prop;
     const size_t n0 = p.tokens.size();
     const size_t n = static_cast<size_t>(sched.lengths[r]);
-    if (drafts[r] && opts_.policy == VerifyPolicy::DSpark) {
+    if (drafts[r] && is_dspark_policy(opts_.policy)) {
       // What drafting this request bought this step: expected extra commits and verify rows.
       double g = 0;
       for (size_t j = 0; j < n && j < survivals[r].size(); ++j) g += survivals[r][j];
@@ -312,6 +672,8 @@ bool LLMEngine::step() {
       dec[r]->last_len = static_cast<int>(n);
     }
     keep_first_drafts(p, n);
+    obs.drafted += static_cast<int>(n0);
+    obs.verified += static_cast<int>(n);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.drafted_tokens += n0;
     stats_.verified_draft_tokens += n;
@@ -329,6 +691,22 @@ bool LLMEngine::step() {
     e.tokens.push_back(s->anchor);
     e.tokens.insert(e.tokens.end(), s->prop.tokens.begin(), s->prop.tokens.end());
     for (int i = 0; i < static_cast<int>(e.tokens.size()); ++i) e.logit_rows.push_back(i);
+    // KV slots for the block (make_room_for_decoding reserved them; a failure here would
+    // only preempt the request). A shared partial last block is copied first (COW).
+    const int start = s->table.length();
+    const AppendResult ar = pool_->append(s->table, e.tokens);
+    if (!ar.ok) {
+      preempt(*s);
+      continue;
+    }
+    if (ar.has_copy()) {
+      paged_->copy_block(ar.copy.src, ar.copy.dst, ar.copy.n_tokens);
+      if (feat_)
+        std::memcpy(features_.get() + static_cast<size_t>(ar.copy.dst) * pool_->block_size() * feat_,
+                    features_.get() + static_cast<size_t>(ar.copy.src) * pool_->block_size() * feat_,
+                    static_cast<size_t>(ar.copy.n_tokens) * feat_ * sizeof(float));
+    }
+    bind(*s, start);
     budget -= static_cast<int>(e.tokens.size());
     batch.entries.push_back(std::move(e));
     entry_seq.push_back(s);
@@ -336,12 +714,14 @@ bool LLMEngine::step() {
   for (auto& sp : running_) {
     Sequence* s = sp.get();
     if (s->decoding || budget <= 0) continue;
-    const int left = static_cast<int>(s->req.prompt.size()) - s->prefilled;
+    const int left = static_cast<int>(s->context.size()) - s->prefilled;
     const int chunk = std::min(left, budget);
     ForwardEntry e;
     e.slot = s->slot;
-    e.tokens.assign(s->req.prompt.begin() + s->prefilled, s->req.prompt.begin() + s->prefilled + chunk);
-    if (chunk == left) e.logit_rows.push_back(chunk - 1);
+    e.tokens.assign(s->context.begin() + s->prefilled, s->context.begin() + s->prefilled + chunk);
+    // The last row's logits give the first token; a resumed request already has its anchor.
+    if (chunk == left && !s->resumed) e.logit_rows.push_back(chunk - 1);
+    bind(*s, s->prefilled);  // its blocks were reserved at admission
     budget -= chunk;
     batch.entries.push_back(std::move(e));
     entry_seq.push_back(s);
@@ -371,10 +751,33 @@ bool LLMEngine::step() {
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
     token_row += static_cast<size_t>(n_tok);
+    store_features(paged_->blocks(s.slot), kv_->length(s.slot) - n_tok, n_tok, hidden);
     if (s.decoding) {
       const int start = kv_->length(s.slot) - n_tok;
-      VerifyResult v = verify_drafts(logits, V, s.prop.tokens, s.prop.q, s.req.sampling, s.rng);
+      VerifyResult v;
+      if (opts_.synthetic_acceptance_rate > 0.0) {
+        // Benchmark mode: each draft survives with the synthetic rate; the bonus token is the
+        // target's own choice after the accepted prefix.
+        v.accepted = 0;
+        while (v.accepted < static_cast<int>(s.prop.tokens.size()) && s.rng.uniform() < opts_.synthetic_acceptance_rate)
+          ++v.accepted;
+        v.next_token = verify_drafts(logits + static_cast<size_t>(v.accepted) * V, V, {}, {}, s.req.sampling, s.rng).next_token;
+      } else {
+        v = verify_drafts(logits, V, s.prop.tokens, s.prop.q, s.req.sampling, s.rng);
+      }
+      if (!s.prop.tokens.empty() &&
+          s.health.observe(static_cast<int>(s.prop.tokens.size()), v.accepted) == HealthEvent::FellBack) {
+        std::fprintf(stderr, "engine: request %llu: self-healing: %d rounds without an accepted draft, plain decoding for a while (fallback %llu)\n",
+                     static_cast<unsigned long long>(s.id), opts_.health.collapse_rounds,
+                     static_cast<unsigned long long>(s.health.fallbacks()));
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.self_heal_fallbacks++;
+      }
       kv_->truncate(s.slot, start + v.accepted + 1);
+      // Rejected drafts leave the table; anchor + accepted drafts are committed, so their
+      // full blocks become prefix-cache entries.
+      pool_->truncate(s.table, start + v.accepted + 1);
+      pool_->commit(s.table, start + v.accepted + 1);
       SpecRound r;
       r.draft_ids = s.prop.tokens;
       r.accepted = v.accepted;
@@ -392,16 +795,23 @@ bool LLMEngine::step() {
         stats_.accepted_draft_tokens += static_cast<uint64_t>(v.accepted);
         stats_.verify_entries++;
       }
+      obs.decoding++;
+      obs.verified_per_request.push_back(static_cast<int>(s.prop.tokens.size()));
+      obs.accepted_per_request.push_back(v.accepted);
       emit_tokens(s, toks);
       r.committed = static_cast<int>(s.out->ids().size() - before);
       s.spec.add(r);
     } else {
+      obs.prefill_tokens += n_tok;
       if (s.draft) {
         s.pending_tokens.insert(s.pending_tokens.end(), e.tokens.begin(), e.tokens.end());
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(n_tok) * feat_);
       }
       s.prefilled += n_tok;
-      if (!e.logit_rows.empty()) {  // the prompt is complete: its last row gives the first token
+      pool_->commit(s.table, s.prefilled);
+      if (s.prefilled == static_cast<int>(s.context.size()) && s.resumed) {
+        s.decoding = true;  // recomputed after a preemption: continue from the same anchor
+      } else if (!e.logit_rows.empty()) {  // the prompt is complete: its last row gives the first token
         {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += s.req.prompt.size();
@@ -413,10 +823,18 @@ bool LLMEngine::step() {
     }
   }
   drop_finished(running_);
+  int64_t stored = 0;
+  for (const auto& s : running_) stored += kv_->length(s->slot);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = static_cast<int>(running_.size());
     stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
+    stats_.kv_blocks_used = static_cast<int>(pool_->stats().used);
+    stats_.kv_tokens_stored = stored;
+  }
+  if (opts_.on_step) {
+    obs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    opts_.on_step(obs);
   }
   return true;
 }
@@ -447,9 +865,19 @@ void LLMEngine::stop() {
   if (loop_.joinable()) loop_.join();
 }
 
+std::string LLMEngine::check_kv_invariants() {
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  std::vector<const BlockTable*> tables;
+  for (const auto* list : {&waiting_, &running_})
+    for (const auto& s : *list)
+      if (s->table.admitted()) tables.push_back(&s->table);
+  return pool_->check_invariants(tables);
+}
+
 EngineStats LLMEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
+  s.kv_pool = pool_->stats();  // the pool has its own locks
   return s;
 }
 

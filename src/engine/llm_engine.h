@@ -3,8 +3,12 @@
 //
 // Data flow of one step() (nano-vllm's shape: engine -> scheduler -> model runner):
 //   1. inbox: submitted requests join the waiting queue, cancellations end requests at once
-//      (their KV slot and drafter state freed before anything else runs);
-//   2. admission: waiting requests (priority, then arrival order) take free KV slots;
+//      (their KV blocks and drafter state freed before anything else runs);
+//   2. admission: waiting requests (priority then arrival, or the --dspark-scheduler-policy
+//      order) take free slots while the paged KV pool can hold their prompts (cached prefix
+//      blocks are shared, not recomputed); then, while the running decoders' next verify
+//      blocks do not fit, the lowest-priority, latest running request is preempted (blocks
+//      freed, requeued, recomputed later from prompt + emitted tokens);
 //   3. drafting: every running request past its prefill flushes its committed context to
 //      its drafter and proposes up to max drafts after its anchor; the verify policy
 //      (fixed / threshold / dspark prefix scheduler over all requests) keeps a prefix;
@@ -13,7 +17,8 @@
 //      the per-step token budget (chunked prefill; logits for a prompt's last row only);
 //   5. one Model::forward (batch-invariant: every row's bits are what it would get alone);
 //   6. per request: the lossless verify rule accepts a prefix and adds one token; the
-//      slot's KV is rolled back to anchor + accepted; ids go through the request's
+//      table is rolled back to anchor + accepted and committed (full blocks become prefix-
+//      cache entries); ids go through the request's
 //      OutputStream (stop ids, stop strings, max tokens) and out through its callback.
 // Greedy outputs are therefore exactly those of single-request plain greedy decoding,
 // whatever the load, the schedule or the speculation method.
@@ -34,7 +39,10 @@
 #include <thread>
 #include <vector>
 
+#include "engine/block_pool.h"
 #include "engine/output_stream.h"
+#include "engine/spec_health.h"
+#include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "sampling/sampler.h"
 
@@ -42,10 +50,12 @@ namespace dsinfer {
 
 class Model;
 class KVCache;
+class PagedKVCache;
 class Tokenizer;
 class Drafter;
 struct Calibration;
 class SpsTable;
+class AsyncPrefixScheduler;
 
 // What a request's callback receives: newly final tokens/text, then one event with
 // finished = true (finish_reason "stop" | "length" | "cancelled" | "error").
@@ -70,7 +80,37 @@ struct EngineRequest {
   RequestCallback on_event;
 };
 
-enum class VerifyPolicy { Fixed, Threshold, DSpark };
+// DSparkAsync: the production variant (paper §5.2) — the step's verify budget K comes from
+// the survivals of two steps earlier (budget_global), the drafts admitted are the top K by
+// current survival (AsyncPrefixScheduler in spec/prefix_scheduler.h).
+enum class VerifyPolicy { Fixed, Threshold, DSpark, DSparkAsync };
+inline bool is_dspark_policy(VerifyPolicy p) { return p == VerifyPolicy::DSpark || p == VerifyPolicy::DSparkAsync; }
+
+// Speculation settings that may change while the engine runs (the server's
+// POST /api/v1/config/dflash). set_runtime_config() validates and queues them; the next
+// step() takes them before drafting, so one step never mixes two settings.
+struct EngineRuntimeConfig {
+  VerifyPolicy policy = VerifyPolicy::Fixed;
+  float validation_threshold = 0.0f;  // Threshold policy; a floor under DSpark; 0 = off
+  int max_reuse_depth = -1;           // cap on drafts verified per round; -1: the drafter's block
+  // Drafter context window of every request (Drafter::set_window; 0: the drafter's configured
+  // one). The dynamic window (--dspark-dsw-*), when on, takes precedence.
+  int window_size = 0;
+  // Admission order of waiting requests (--dspark-scheduler-policy).
+  SchedulerPolicy scheduler_policy = SchedulerPolicy::Fcfs;
+};
+
+// What one step did (EngineOptions::on_step, called on the stepping thread after the
+// step's tokens were emitted). Per decoding request (same order in both vectors): drafts
+// verified and drafts accepted this step.
+struct StepObservation {
+  int decoding = 0;                 // requests with a verify entry this step
+  int prefill_tokens = 0;           // prompt tokens in this step's forward
+  int drafted = 0;                  // drafts proposed (before the verify policy)
+  int verified = 0;                 // drafts verified: the step's verify budget
+  std::vector<int> verified_per_request, accepted_per_request;
+  double seconds = 0.0;             // wall time of the step
+};
 
 struct EngineOptions {
   int max_running = 16;            // concurrent requests (KV slots)
@@ -86,6 +126,35 @@ struct EngineOptions {
   // 1 / (R * draft_ms_per_request + t_verify(B)) for its R drafting requests.
   double draft_ms_per_request = 0.0;
   const Tokenizer* tokenizer = nullptr;   // for text and stop strings (may be null)
+  std::function<void(const StepObservation&)> on_step;  // optional per-step observer
+
+  // Paged KV cache (engine/block_pool.h + model/paged_kv_cache.h). Pool size: kv_num_blocks
+  // when > 0; else, when kv_budget_bytes > 0, blocks_for_budget(kv_budget_bytes,
+  // cache_prealloc_ratio) (--cache-prealloc-ratio); else max_running full-length requests
+  // (the dense cache's memory). Requests that do not fit wait (admission control); a
+  // running request that cannot grow preempts the lowest-priority, latest one.
+  int kv_block_size = 16;                 // --kv-block-size: tokens per block
+  int64_t kv_num_blocks = 0;
+  uint64_t kv_budget_bytes = 0;           // memory for K/V (after the weights)
+  double cache_prealloc_ratio = 1.0;      // share of kv_budget_bytes taken at start-up
+  int shard_count = 8;                    // --dspark-shard-count
+  bool enable_cache_defrag = false;       // --enable-cache-defrag: compact the pool when idle
+  // --cache-warmup-file: prompts prefilled at start-up so their full blocks are cached.
+  std::vector<std::vector<int32_t>> cache_warmup_prompts;
+  // --dspark-scheduler-policy: admission order of waiting requests (engine/scheduler.h);
+  // the score policies age waiting requests by 1 per scheduler_aging_steps steps waited.
+  SchedulerPolicy scheduler_policy = SchedulerPolicy::Fcfs;
+  int scheduler_aging_steps = 64;
+  // Per-request self-healing (fall back to plain decoding after collapse_rounds rounds
+  // without an accepted draft, re-probe later) and the dynamic drafter window
+  // (--dspark-dsw-min-window / --dspark-dsw-max-window), engine/spec_health.h.
+  SpecHealthOptions health;
+  // BENCHMARK ONLY (--synthetic-acceptance-rate): when in (0, 1], verification accepts each
+  // draft with this probability (the accepted drafts are emitted as they are) and the
+  // drafter's confidences are replaced by it, so scheduling can be measured on random-weight
+  // models whose drafts would never be accepted. Output is NOT the target's: the server
+  // refuses it. < 0: off.
+  double synthetic_acceptance_rate = -1.0;
 };
 
 struct EngineStats {
@@ -95,6 +164,24 @@ struct EngineStats {
   uint64_t drafted_tokens = 0, verified_draft_tokens = 0, accepted_draft_tokens = 0;
   uint64_t verify_entries = 0;  // request-steps past prefill (one verify block each)
   int running = 0, waiting = 0;
+  // Prompt tokens whose KV came from the prefix cache instead of a prefill (counted at
+  // each request's first admission; re-admissions after a preemption are not counted).
+  uint64_t prompt_tokens_cached = 0;
+  // KV memory after the last step: the paged pool's blocks of kv_block_tokens positions.
+  // used = held by request tables; token slots reserved = used blocks x kv_block_tokens;
+  // stored = positions holding K/V of running requests.
+  int kv_blocks_total = 0, kv_blocks_used = 0, kv_block_tokens = 0;
+  int64_t kv_tokens_stored = 0;
+  // The paged pool after the last step (blocks per shard, used / free / cached, hit ratio
+  // = cached prompt tokens / admitted prompt tokens, fragmentation = reserved-but-empty
+  // slots / slots of used blocks, evictions, copies on write). Preemptions: running
+  // requests sent back to the queue for lack of blocks (recomputed later, streamed tokens
+  // kept). Defrags: idle compactions run, blocks they moved. Warm-up: prompts prefilled
+  // into the prefix cache at start-up.
+  PoolStats kv_pool;
+  uint64_t preemptions = 0, cache_defrags = 0, defrag_moves = 0;
+  uint64_t self_heal_fallbacks = 0;  // requests routed to plain decoding by SpecHealth
+  int warmup_prompts = 0;
 };
 
 class LLMEngine {
@@ -116,11 +203,30 @@ class LLMEngine {
 
   EngineStats stats() const;
   const EngineOptions& options() const { return opts_; }
+  // BlockPool::check_invariants over every request's block table ("" when all hold): for
+  // tests and debugging (takes the step lock).
+  std::string check_kv_invariants();
+
+  // The speculation settings in force (or queued), and a change for the next step.
+  // set_runtime_config throws Error naming the field (and changes nothing) when invalid.
+  EngineRuntimeConfig runtime_config() const;
+  void set_runtime_config(const EngineRuntimeConfig& c);
 
  private:
   struct Sequence;
   void take_inbox();
   void admit();
+  // Blocks the running decoders need for next step's verify blocks (copy-on-write included).
+  int64_t decode_reserve() const;
+  // Preempts the lowest-priority, latest running requests until `need` more blocks fit.
+  void make_room_for_decoding();
+  void preempt(Sequence& s);
+  // Binds the sequence's slot in the paged cache to its table, `length` positions held.
+  void bind(Sequence& s, int length);
+  // Copies the drafter's captured rows of a forward into the per-block feature store.
+  void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
+  void warm_up();
+  void defrag_if_idle();
   void finish(Sequence& s, const std::string& reason, const std::string& error = {});
   void emit_tokens(Sequence& s, const std::vector<int32_t>& ids);
   // Which decoding requests get a drafter pass this step (see llm_engine.cpp).
@@ -129,9 +235,22 @@ class LLMEngine {
   Model& model_;
   EngineOptions opts_;
   std::unique_ptr<KVCache> kv_;
+  PagedKVCache* paged_ = nullptr;      // kv_, as its paged type
+  std::unique_ptr<BlockPool> pool_;    // declared before the sequences: their tables die first
+  // Drafter features (captured target rows) per cached position, [block][block_size][feat_],
+  // so a prefix served from the cache still gives the drafter its context rows.
+  std::unique_ptr<float[]> features_;
+  int max_seq_tokens_ = 0;             // positions one request may hold (+ a verify block)
+  bool defrag_due_ = false;            // something ran since the last idle compaction
+  uint64_t step_clock_ = 0;            // step() calls so far (waiting-time unit of the scheduler)
   std::vector<int> free_slots_;
   std::vector<int> capture_;
   int feat_ = 0, max_drafts_ = 0;
+  int block_max_drafts_ = 0;          // max_drafts_ before any runtime max_reuse_depth
+  EngineRuntimeConfig runtime_;       // guarded by mu_; latest accepted settings
+  bool runtime_pending_ = false;      // guarded by mu_; runtime_ not yet applied by step()
+  int window_size_ = 0;               // runtime_.window_size as applied (stepping thread)
+  std::unique_ptr<AsyncPrefixScheduler> async_sched_;  // DSparkAsync: its two-step budget history
 
   mutable std::mutex mu_;  // inbox, cancellations, stats snapshot
   std::condition_variable cv_;

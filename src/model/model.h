@@ -57,6 +57,22 @@ class Model {
   // (token id outside the vocabulary, slot overflow) before touching the cache.
   virtual void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) = 0;
 
+  // Greedy shortcut: forward(), then ids[i] = argmax of requested logit row i (batch order;
+  // lowest index on ties, as torch.argmax). This default reduces on the host; a GPU model
+  // overrides it so that only the ids cross to the host, and may leave out.logits empty.
+  virtual void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) {
+    forward(kv, batch, out);
+    const size_t V = static_cast<size_t>(out.vocab_size);
+    ids.assign(V ? out.logits.size() / V : 0, 0);
+    for (size_t r = 0; r < ids.size(); ++r) {
+      const float* row = out.logits.data() + r * V;
+      size_t best = 0;
+      for (size_t j = 1; j < V; ++j)
+        if (row[j] > row[best]) best = j;
+      ids[r] = static_cast<int32_t>(best);
+    }
+  }
+
   // Pieces the drafters borrow: token embeddings and the final norm + LM head.
   // embed: out[i * hidden .. ] = embedding of ids[i].
   virtual void embed(const int32_t* ids, int n, float* out) const = 0;

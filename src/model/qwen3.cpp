@@ -20,6 +20,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
 #include "model/kv_cache.h"
+#include "model/paged_kv_cache.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
 #include "model/weights.h"
@@ -115,11 +116,17 @@ void Qwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_n
 }
 
 void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out) {
-  auto* kv = dynamic_cast<DenseKVCache*>(&kv_base);
-  if (!kv) throw Error("forward: KV cache was not created by this model's make_kv_cache");
+  // Two storages: the dense per-slot cache (generate, tools) and the paged one (the
+  // batched engine); they differ only in where position p of a slot lives.
+  auto* dense = dynamic_cast<DenseKVCache*>(&kv_base);
+  auto* paged = dense ? nullptr : dynamic_cast<PagedKVCache*>(&kv_base);
+  if (!dense && !paged) throw Error("forward: KV cache is neither a DenseKVCache nor a PagedKVCache");
+  KVCache* kv = &kv_base;
   const int L = cfg_.num_hidden_layers;
-  if (kv->n_layers() != L || kv->n_kv_heads() != cfg_.num_key_value_heads || kv->head_dim() != cfg_.head_dim)
+  if (dense ? (dense->n_layers() != L || dense->n_kv_heads() != cfg_.num_key_value_heads || dense->head_dim() != cfg_.head_dim)
+            : (paged->n_layers() != L || paged->n_kv_heads() != cfg_.num_key_value_heads || paged->head_dim() != cfg_.head_dim))
     throw Error("forward: KV cache geometry does not match the model");
+  auto capacity = [&](int slot) { return dense ? dense->max_tokens() : paged->capacity(slot); };
   const int64_t H = cfg_.hidden_size, I = cfg_.intermediate_size, V = cfg_.vocab_size, D = cfg_.head_dim;
   const int NH = cfg_.num_attention_heads, NKVH = cfg_.num_key_value_heads;
   const int64_t NQ = NH * D, NKV = NKVH * D;
@@ -137,9 +144,9 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     for (size_t o = 0; o < e; ++o)
       if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
     const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (kv->length(en.slot) + n > kv->max_tokens())
+    if (kv->length(en.slot) + n > capacity(en.slot))
       fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
-                  " tokens > capacity " + std::to_string(kv->max_tokens()));
+                  " tokens > capacity " + std::to_string(capacity(en.slot)));
     for (int32_t t : en.tokens)
       if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
     for (int r : en.logit_rows)
@@ -194,7 +201,8 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   float* u = grow(u_, T * I);
   float* t = grow(t_, T * H);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  const int64_t hs = kv->head_stride();
+  const int64_t hs = dense ? dense->head_stride() : paged->head_stride();
+  const int P = paged ? paged->block_size() : 0;
 
   for (int l = 0; l < L; ++l) {
     const Qwen3LayerWeights& W = layers_[l];
@@ -205,20 +213,41 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       const int n = static_cast<int>(en.tokens.size());
       if (n == 0) continue;
       const int start = kv->length(en.slot);
-      float* kc = kv->k(l, en.slot);
-      float* vc = kv->v(l, en.slot);
-      for (int i = 0; i < n; ++i)
-        for (int gq = 0; gq < NKVH; ++gq) {
-          std::memcpy(kc + gq * hs + (start + i) * D, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
-          std::memcpy(vc + gq * hs + (start + i) * D, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
-        }
       AttentionBlock b;
+      if (dense) {
+        float* kc = dense->k(l, en.slot);
+        float* vc = dense->v(l, en.slot);
+        for (int i = 0; i < n; ++i)
+          for (int gq = 0; gq < NKVH; ++gq) {
+            std::memcpy(kc + gq * hs + (start + i) * D, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
+            std::memcpy(vc + gq * hs + (start + i) * D, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
+          }
+        b.k = kc;
+        b.v = vc;
+      } else {
+        // Position p in block ids[p / P] at offset p % P (bind() checked the ids).
+        const int32_t* ids = paged->blocks(en.slot).data();
+        const int64_t bs = paged->block_stride();
+        float* kl = paged->k(l);
+        float* vl = paged->v(l);
+        for (int i = 0; i < n; ++i) {
+          const int p = start + i;
+          const int64_t at = ids[p / P] * bs + static_cast<int64_t>(p % P) * D;
+          for (int gq = 0; gq < NKVH; ++gq) {
+            std::memcpy(kl + at + gq * hs, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
+            std::memcpy(vl + at + gq * hs, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
+          }
+        }
+        b.k = kl;
+        b.v = vl;
+        b.block_ids = ids;
+        b.block_stride = bs;
+        b.page_size = P;
+      }
       b.q = q + r0 * NQ;
       b.q_stride = NQ;
       b.n_q = n;
       b.start_pos = start;
-      b.k = kc;
-      b.v = vc;
       b.kv_head_stride = hs;
       b.out = att + r0 * NQ;
       b.out_stride = NQ;
@@ -238,8 +267,11 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       for (int r : en.logit_rows) std::memcpy(rows + (lr++) * H, x + (r0 + r) * H, H * sizeof(float));
       r0 += static_cast<int64_t>(en.tokens.size());
     }
-    for (const ForwardEntry& en : batch.entries)
-      kv->set_length(en.slot, kv->length(en.slot) + static_cast<int>(en.tokens.size()));
+    for (const ForwardEntry& en : batch.entries) {
+      const int len = kv->length(en.slot) + static_cast<int>(en.tokens.size());
+      if (dense) dense->set_length(en.slot, len);
+      else paged->set_length(en.slot, len);
+    }
     if (n_logits > 0) {
       rmsnorm(rows, H, n_logits, H, final_norm_.data(), eps, rows, H);
       matmul(rows, n_logits, head_, out.logits.data());

@@ -150,6 +150,10 @@ TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
   // exactly plain greedy.
   o.draft_ms_per_request = 5.0;
   expect_lossless(o, "dspark scheduler, drafting chosen per step");
+  // The production variant: budget K from two steps earlier, top K by current survival.
+  o.policy = VerifyPolicy::DSparkAsync;
+  o.draft_ms_per_request = 0.0;
+  expect_lossless(o, "dspark-async scheduler");
 }
 
 TEST(LLMEngine, CancelFreesTheSlotAndOthersFinish) {

@@ -7,13 +7,16 @@
 //     back to the maximum, never outside the bounds; option errors name the flag;
 //   - set_window(w) on a drafter loaded without a window proposes exactly what a drafter
 //     loaded with --dflash-window-size w proposes, and growing it back restores the
-//     unwindowed proposals (every row stays stored when no window is configured).
+//     unwindowed proposals (every row stays stored when no window is configured);
+//   - in the engine: synthetic acceptance accepts position 1 at its rate (benchmark mode),
+//     and a request whose drafts are never accepted falls back (counted) and drafts less.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <random>
 
 #include "core/error.h"
+#include "engine/llm_engine.h"
 #include "engine/spec_health.h"
 #include "model/model.h"
 #include "spec/drafter.h"
@@ -141,6 +144,79 @@ TEST(SpecHealth, SetWindowEqualsALoadTimeWindowAndGrowsBack) {
   EXPECT_EQ(pa2.tokens, pc.tokens);
   EXPECT_EQ(pa2.confidence_logits, pc.confidence_logits);
   EXPECT_NE(pa.confidence_logits, pc.confidence_logits);  // the window did change the input
+}
+
+
+struct EngineRun {
+  EngineStats stats;
+  uint64_t proposed1 = 0, accepted1 = 0;  // draft position 1 over all requests
+};
+
+EngineRun run_engine(const EngineOptions& base, Model& model, int requests, int max_tokens) {
+  LLMEngine engine(model, base);
+  EngineRun out;
+  std::mt19937 gen(9);
+  const int V = model.config().vocab_size;
+  for (int i = 0; i < requests; ++i) {
+    EngineRequest req;
+    for (int t = 0; t < 20 + i; ++t) req.prompt.push_back(static_cast<int32_t>(gen() % (V - 8)));
+    req.stop.max_tokens = max_tokens;
+    req.on_event = [&out](const RequestEvent& ev) {
+      if (!ev.finished) return;
+      if (!ev.spec.proposed.empty()) {
+        out.proposed1 += ev.spec.proposed[0];
+        out.accepted1 += ev.spec.accepted[0];
+      }
+    };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  out.stats = engine.stats();
+  return out;
+}
+
+TEST(SpecHealth, EngineSyntheticAcceptanceFollowsItsRate) {
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+  if (!std::filesystem::exists(root + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped drafter";
+  auto target = load_model(root + "/target");
+  auto drafter = load_drafter(root + "/dspark", *target);
+  EngineOptions o;
+  o.max_running = 8;
+  o.drafter = drafter.get();
+  o.synthetic_acceptance_rate = 0.5;
+  o.health.collapse_rounds = 0;
+  const EngineRun r = run_engine(o, *target, 16, 40);
+  ASSERT_GT(r.proposed1, 200u);
+  const double rate = static_cast<double>(r.accepted1) / static_cast<double>(r.proposed1);
+  EXPECT_NEAR(rate, 0.5, 0.12) << r.accepted1 << "/" << r.proposed1;  // > 4 sigma
+  // Out of range values are refused with the flag's name.
+  o.synthetic_acceptance_rate = 1.5;
+  try {
+    LLMEngine bad(*target, o);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--synthetic-acceptance-rate"), std::string::npos);
+  }
+}
+
+TEST(SpecHealth, EngineFallsBackWhenNothingIsAccepted) {
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+  if (!std::filesystem::exists(root + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped drafter";
+  auto target = load_model(root + "/target");
+  auto drafter = load_drafter(root + "/dspark", *target);
+  EngineOptions o;
+  o.max_running = 4;
+  o.drafter = drafter.get();
+  o.synthetic_acceptance_rate = 1e-12;  // no draft is ever accepted
+  o.health.collapse_rounds = 0;
+  const EngineRun off = run_engine(o, *target, 4, 60);
+  EXPECT_EQ(off.stats.self_heal_fallbacks, 0u);
+  o.health.collapse_rounds = 5;
+  o.health.reprobe_steps = 16;
+  const EngineRun on = run_engine(o, *target, 4, 60);
+  EXPECT_GE(on.stats.self_heal_fallbacks, 4u);  // every request collapsed at least once
+  EXPECT_LT(on.stats.drafted_tokens * 2, off.stats.drafted_tokens);  // most steps did not draft
+  EXPECT_EQ(on.stats.generated_tokens, off.stats.generated_tokens);  // and every request finished
 }
 
 }  // namespace

@@ -47,6 +47,32 @@ int64_t score_stride(const QueryGroup& g) { return (static_cast<int64_t>(g.n_key
 // the per-key tails fall where they would for the whole range.
 int key_block(int head_dim) { return std::max(16, (8192 / head_dim) & ~15); }
 
+// Calls fn(k, v, shift, a, b) for every run [a, b) of keys [j0, j1) that lies in one
+// block, key j of the run being at k + (j - shift) * head_dim (likewise v). Dense: one run.
+template <class F>
+void for_each_run(const QueryGroup& g, int j0, int j1, F&& fn) {
+  if (!g.block_ids) {
+    fn(g.k, g.v, 0, j0, j1);
+    return;
+  }
+  const int P = g.page_size;
+  for (int a = j0; a < j1;) {
+    const int page = a / P, first = page * P, b = std::min(j1, first + P);
+    const int64_t off = static_cast<int64_t>(g.block_ids[page]) * g.block_stride;
+    fn(g.k + off, g.v + off, first, a, b);
+    a = b;
+  }
+}
+
+// Copies keys and values [0, n) of a paged group into contiguous rows (per-row fallback).
+void gather_paged(const QueryGroup& g, int n, float* k_out, float* v_out) {
+  const int64_t D = g.head_dim;
+  for_each_run(g, 0, n, [&](const float* k, const float* v, int shift, int a, int b) {
+    std::copy(k + (a - shift) * D, k + (b - shift) * D, k_out + a * D);
+    std::copy(v + (a - shift) * D, v + (b - shift) * D, v_out + a * D);
+  });
+}
+
 }  // namespace
 
 IsaLevel hardware_isa_level() {
@@ -70,7 +96,14 @@ void attend_group(const GroupKernels& kern, const QueryGroup& g, float* scratch)
     for (int r0 = 0; r0 < n; r0 += kern.score_tile) {
       const int r1 = std::min(n, r0 + kern.score_tile);
       const int j1 = std::min(j0 + kb, g.n_keys[r1 - 1]);
-      if (j1 > j0) kern.scores(r1 - r0, g.q + r0, g.k, j0, j1, D, g.scale, s + r0, r0 == 0);
+      if (j1 <= j0) continue;
+      // Paged: one call per run inside a block, score rows shifted so that index j of the
+      // run lands at s[r][j]; a score depends only on its key, so the runs change no bit.
+      for_each_run(g, j0, j1, [&](const float* k, const float*, int shift, int a, int b) {
+        float* sr[kMaxGroupVectors];
+        for (int r = r0; r < r1; ++r) sr[r - r0] = s[r] + shift;
+        kern.scores(r1 - r0, g.q + r0, k, a - shift, b - shift, D, g.scale, sr, r0 == 0);
+      });
     }
 
   // 2. Softmax numerators, each vector over its own keys only.
@@ -88,7 +121,12 @@ void attend_group(const GroupKernels& kern, const QueryGroup& g, float* scratch)
         while (first < r1 && g.n_keys[first] <= pos) ++first;
         if (first == r1 || pos == j1) break;
         const int end = std::min(j1, g.n_keys[first]);
-        kern.values(r1 - first, s + first, g.v, pos, end, D, g.out + first, pos == 0, r0 == 0);
+        // Paged: the fma chain of a lane goes through out_r between runs (exact).
+        for_each_run(g, pos, end, [&](const float*, const float* v, int shift, int a, int b) {
+          const float* pr[kMaxGroupVectors];
+          for (int r = first; r < r1; ++r) pr[r - first] = s[r] + shift;
+          kern.values(r1 - first, pr, v, a - shift, b - shift, D, g.out + first, a == 0, r0 == 0);
+        });
         pos = end;
       }
     }
@@ -151,15 +189,28 @@ void attention_isa(IsaLevel isa, const AttentionBlock* blocks, int n_blocks, int
       qg.v = b.v + item.kv_head * b.kv_head_stride;
       qg.head_dim = head_dim;
       qg.scale = scale;
+      qg.block_ids = b.block_ids;
+      qg.block_stride = b.block_stride;
+      qg.page_size = b.page_size;
       const size_t need = kern ? group_scratch_floats(qg) : static_cast<size_t>(n_keys[qg.n - 1]);
       if (scratch.size() < need) scratch.resize(need);
       if (kern) {
         attend_group(*kern, qg, scratch.data());
         continue;
       }
+      const float* rk = qg.k;
+      const float* rv = qg.v;
+      if (qg.block_ids) {  // the per-row cores read contiguous keys: gather the blocks first
+        thread_local std::vector<float> kbuf, vbuf;  // grown, never shrunk
+        const size_t n = static_cast<size_t>(n_keys[qg.n - 1]) * head_dim;
+        if (kbuf.size() < n) kbuf.resize(n), vbuf.resize(n);
+        gather_paged(qg, n_keys[qg.n - 1], kbuf.data(), vbuf.data());
+        rk = kbuf.data();
+        rv = vbuf.data();
+      }
       for (int r = 0; r < qg.n; ++r) {
-        if (avx2_rows) attend_row_avx2(q[r], qg.k, qg.v, n_keys[r], head_dim, scale, scratch.data(), out[r]);
-        else attend_row_scalar(q[r], qg.k, qg.v, n_keys[r], head_dim, scale, scratch.data(), out[r]);
+        if (avx2_rows) attend_row_avx2(q[r], rk, rv, n_keys[r], head_dim, scale, scratch.data(), out[r]);
+        else attend_row_scalar(q[r], rk, rv, n_keys[r], head_dim, scale, scratch.data(), out[r]);
       }
     }
   });

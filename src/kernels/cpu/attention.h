@@ -12,6 +12,11 @@
 // the block's rows) are attended together, so each key and value row is loaded once for
 // all of them instead of once per (query, head) (attention_internal.h has the layout).
 //
+// Paged K/V (AttentionBlock::block_ids): the grouped kernels are called once per run of
+// keys inside one block (scores are per key; values are fma chains in ascending key order
+// that survive a store/reload), the per-row fallback gathers the keys into a contiguous
+// scratch first; either way every output bit equals the dense layout's.
+//
 // Batch invariance: the bits of one (query, head) output depend only on that query's row,
 // its key count and the cache. Every reduction (q·k over head_dim, the softmax, the
 // p-weighted sum over keys) runs in an order fixed by head_dim and the key count alone,
@@ -37,6 +42,13 @@ struct AttentionBlock {
   int64_t kv_head_stride = 0;
   float* out = nullptr;  // [n_q, n_heads * head_dim], row stride out_stride floats
   int64_t out_stride = 0;
+  // Paged cache (block_ids != nullptr): positions live in blocks of page_size tokens, and
+  // position p of KV head g is at k + block_ids[p / page_size] * block_stride +
+  // g * kv_head_stride + (p % page_size) * head_dim (likewise v). Keys are still reduced
+  // in ascending position order, so the bits equal those of the same K/V stored densely.
+  const int32_t* block_ids = nullptr;
+  int64_t block_stride = 0;
+  int page_size = 0;
 };
 
 // scale multiplies q·k (1/sqrt(head_dim) for Qwen3). pool == nullptr: ThreadPool::global().

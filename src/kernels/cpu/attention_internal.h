@@ -49,6 +49,12 @@ struct QueryGroup {
   const float* v = nullptr;         // value j at v + j * head_dim
   int head_dim = 0;
   float scale = 1.0f;
+  // Paged (block_ids != nullptr): key j at k + block_ids[j / page_size] * block_stride +
+  // (j % page_size) * head_dim (k, v already offset to the KV head); attend_group() calls
+  // the micro-kernels once per run of keys inside one block.
+  const int32_t* block_ids = nullptr;
+  int64_t block_stride = 0;
+  int page_size = 0;
 };
 
 inline constexpr int kMaxGroupVectors = 48;

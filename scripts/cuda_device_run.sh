@@ -1,0 +1,72 @@
+#!/bin/bash
+# One call on the GPU machine (the device tool), from the repository root, for the CUDA
+# backend (docs/CUDA.md): prints the environment, runs the CUDA tests, measures the
+# device-to-device copy bandwidth and the batch-1 decode of a random Qwen3-4B-shaped BF16
+# checkpoint (made here with make-random-model, never shipped) with dsinfer and with
+# PyTorch/transformers. Binaries are built on the dev machine and carried in
+# build-cuda/dev (with the shared libraries the device image may lack in build-cuda/dev/lib),
+# or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
+# Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
+# decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
+# gemm:graphs pairs (default "invariant:on cublas:on invariant:off").
+set -u
+R=$PWD
+OUT=${OUT:-/tmp/dsinfer-out}
+mkdir -p "$OUT"
+DEV=$R/build-cuda/dev
+# The binaries may travel packed (the device call's tree limit): unpack them first.
+if [ -e "$R/build-cuda/devpack/dev.tar.xz" ]; then mkdir -p "$R/build-cuda" && tar -xJf "$R/build-cuda/devpack/dev.tar.xz" -C "$R/build-cuda"; fi
+STEPS=${STEPS:-env tests bench hf}
+CUB=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
+  [ -e "$d/libcublasLt.so.13" ] && CUB=$d && break
+done
+export LD_LIBRARY_PATH=$DEV/lib${CUB:+:$CUB}:${LD_LIBRARY_PATH:-}
+# The test binaries have the dev machine's paths compiled in (DSINFER_TEST_DATA, DSINFER_BIN).
+if [ "$R" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "$R" /work/main; fi
+cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
+date -u | tee "$OUT/env.txt"
+
+# The random 4B model takes minutes of CPU: start it first, in the background.
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* ]]; then
+  ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
+  MAKE_PID=$!
+fi
+
+if [[ " $STEPS " == *" env "* ]]; then
+  { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+    echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
+fi
+if [[ " $STEPS " == *" tests "* ]]; then
+  for t in test_cuda_kernels test_cuda_model test_cuda_cli; do
+    timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
+  done
+fi
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* ]]; then
+  wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
+fi
+if [[ " $STEPS " == *" bench "* ]]; then
+  for v in ${BENCH_VARIANTS:-invariant:on cublas:on invariant:off}; do
+    v=${v/:/ }
+    set -- $v
+    timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $1 --cuda-graphs $2 \
+      --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 --json > "$OUT/bench_4b_$1_graphs_$2.json" 2>> "$OUT/bench.err"
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']})" \
+      "$OUT/bench_4b_$1_graphs_$2.json" "$1/graphs-$2" || tail -5 "$OUT/bench.err"
+  done
+fi
+if [[ " $STEPS " == *" profile "* ]]; then
+  # Per-stage decode times (eager, CUDA events between stages): where a token's time goes.
+  for g in invariant cublas; do
+    echo "== $g" >> "$OUT/profile.txt"
+    DSINFER_CUDA_PROFILE=1 timeout 120 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g \
+      --prompt-tokens ${PROMPT:-32} --decode-tokens 64 --repeat 1 >> "$OUT/profile.txt" 2>&1
+  done
+  grep -E "==|forwards|us/forward" "$OUT/profile.txt"
+fi
+if [[ " $STEPS " == *" hf "* ]]; then
+  PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"
+  cat "$OUT/hf_4b.json"; tail -3 "$OUT/hf_4b.err"
+fi
+date -u

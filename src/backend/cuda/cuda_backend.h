@@ -1,0 +1,43 @@
+// dsinfer CUDA backend: the public entry points, usable from code built without CUDA
+// headers (the CLI and the tests include only this file, and only when the build defines
+// DSINFER_HAS_CUDA, i.e. CMake's DSINFER_CUDA=ON).
+//
+// Data flow: load_qwen3_cuda() reads a Qwen3 checkpoint on the host (the same WeightStore
+// and shape checks as the CPU model), converts every matrix to BF16 and uploads it once;
+// the returned Model runs forward() on the GPU (qwen3_cuda.cpp) over a device KV cache
+// (cuda_kv_cache.h) and copies back only what the caller asked for: logit rows, argmax ids
+// (forward_argmax) or captured hidden states.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/model.h"
+
+namespace dsinfer {
+
+struct CudaModelOptions {
+  int device = 0;
+  // true: every GEMM runs the fixed-order row kernel (cuda_gemm.h), so a row's result never
+  // depends on the batch (greedy speculation == plain greedy). false: cuBLAS with its own
+  // heuristics (faster prefill; rows may change with the batch shape).
+  bool batch_invariant = true;
+  // Replay captured CUDA graphs for forward calls of up to 256 rows (bucketed shapes).
+  bool use_graphs = true;
+  // Share of the device's free memory (read when the cache is made) a KV cache may take;
+  // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
+  double cache_prealloc_ratio = 0.9;
+};
+
+// "" when a CUDA device is usable; otherwise one line saying why not (no driver, no GPU).
+std::string cuda_unavailable_reason();
+// e.g. "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"; throws Error when no device.
+std::string cuda_device_description(int device = 0);
+// Device-to-device copy bandwidth in GB/s counting bytes read plus bytes written (median of
+// `reps` copies of `bytes` bytes each, timed with CUDA events).
+double cuda_copy_bandwidth_gbs(uint64_t bytes = 2ull << 30, int reps = 20, int device = 0);
+
+// Loads a Qwen3 (Qwen3ForCausalLM) checkpoint onto the GPU. Throws Error naming the
+// file/field at fault, or the CUDA call that failed.
+std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
+
+}  // namespace dsinfer

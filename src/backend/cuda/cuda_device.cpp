@@ -1,0 +1,65 @@
+// dsinfer CUDA backend: is there a usable GPU, what is it, and how fast does it copy.
+// The copy bandwidth is the roofline's denominator: one large device-to-device copy moves
+// each byte twice through device memory (read + write), and both are counted.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+
+namespace dsinfer {
+
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
+  }
+  if (n == 0) return "no CUDA device present";
+  return "";
+}
+
+std::string cuda_device_description(int device) {
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error("--device cuda: " + why);
+  cudaDeviceProp p{};
+  DSINFER_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  char mem[32];
+  std::snprintf(mem, sizeof mem, "%.1f", static_cast<double>(p.totalGlobalMem) / (1ull << 30));
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, " + mem + " GiB)";
+}
+
+double cuda_copy_bandwidth_gbs(uint64_t bytes, int reps, int device) {
+  DSINFER_CUDA_CHECK(cudaSetDevice(device));
+  void *a = nullptr, *b = nullptr;
+  DSINFER_CUDA_CHECK(cudaMalloc(&a, bytes));
+  DSINFER_CUDA_CHECK(cudaMalloc(&b, bytes));
+  // Non-zero contents (METHOD.md: never time on zeros).
+  DSINFER_CUDA_CHECK(cudaMemset(a, 0x5a, bytes));
+  cudaEvent_t e0, e1;
+  DSINFER_CUDA_CHECK(cudaEventCreate(&e0));
+  DSINFER_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < reps + 3; ++i) {
+    DSINFER_CUDA_CHECK(cudaEventRecord(e0));
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, bytes, cudaMemcpyDeviceToDevice));
+    DSINFER_CUDA_CHECK(cudaEventRecord(e1));
+    DSINFER_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    DSINFER_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);  // 3 warm-ups
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(a);
+  cudaFree(b);
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2] * 1e-3;
+  return 2.0 * static_cast<double>(bytes) / med / 1e9;
+}
+
+}  // namespace dsinfer

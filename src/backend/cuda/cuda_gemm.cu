@@ -1,0 +1,347 @@
+// dsinfer CUDA backend: the GEMM dispatch and the fixed-order row kernel (see cuda_gemm.h).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+// Block shape: 4 warps; each warp owns 2 output features (the A chunk it loads is reused
+// for both weight rows), so a block owns 8 features; a block stages up to 4 rows of A.
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kOutPerWarp = 2;
+constexpr int kOutPerBlock = kWarps * kOutPerWarp;
+constexpr int kRowsPerBlock = 4;
+constexpr int kUnroll = 4;  // chunks per lane per step: kUnroll * kOutPerWarp 16-byte weight loads in flight
+constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
+
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(p[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Orderable 64-bit key of (logit, feature): larger logit first, then the LOWER feature index
+// (torch.argmax's tie rule); atomicMax over keys is order-independent, hence deterministic.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
+  const unsigned b = __float_as_uint(v);
+  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
+}
+
+// kVec: K % 8 == 0 and W 16-byte aligned (the 16-byte path); else the same lane-strided,
+// in-order accumulation over single elements.
+template <int kMode, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
+                     int accumulate, unsigned long long* __restrict__ argmax_keys) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
+  __shared__ float red[kRowsPerBlock][kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int m0 = blockIdx.y * kRowsPerBlock;
+  const int mr = min(kRowsPerBlock, M - m0);
+  const int Kp = (K + 7) & ~7;
+
+  // ---- stage A: the input transform once per block, rounded to BF16 -------------------
+  // Latency matters here (every block does it before streaming its weights), so the
+  // vector path issues 16-byte loads kStageUnroll at a time.
+  float inv[kRowsPerBlock];
+#pragma unroll
+  for (int r = 0; r < kRowsPerBlock; ++r) inv[r] = 1.0f;
+  if constexpr (kMode == GemmInput::RmsNorm) {
+    // 1 / rms of each row in a fixed order: thread-strided sums (float4 groups in order when
+    // vectorised), a warp xor tree, the warps in order. Depends on the row alone.
+#pragma unroll
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      float ss = 0.0f;
+      if (r < mr) {
+        const int src = in.row_index ? in.row_index[m0 + r] : m0 + r;
+        const float* x = static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx;
+        if constexpr (kVec) {
+          const float4* x4 = reinterpret_cast<const float4*>(x);
+          const int n4 = K / 4;
+          for (int c0 = threadIdx.x; c0 < n4; c0 += kThreads * kStageUnroll) {
+            float4 v[kStageUnroll];
+#pragma unroll
+            for (int u = 0; u < kStageUnroll; ++u)
+              if (c0 + u * kThreads < n4) v[u] = x4[c0 + u * kThreads];
+#pragma unroll
+            for (int u = 0; u < kStageUnroll; ++u)
+              if (c0 + u * kThreads < n4) {
+                ss = fmaf(v[u].x, v[u].x, ss);
+                ss = fmaf(v[u].y, v[u].y, ss);
+                ss = fmaf(v[u].z, v[u].z, ss);
+                ss = fmaf(v[u].w, v[u].w, ss);
+              }
+          }
+        } else {
+          for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(x[i], x[i], ss);
+        }
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) red[r][warp] = ss;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      float ss = 0.0f;
+      for (int w = 0; w < kWarps; ++w) ss += red[r][w];
+      inv[r] = 1.0f / sqrtf(ss / static_cast<float>(K) + in.eps);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerBlock; ++r) {
+    if (r >= mr) break;
+    bf16* dst = As + r * Kp;
+    const int src = (kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0 + r] : m0 + r;
+    if constexpr (kVec) {
+      // 8 elements per step: one 16-byte store of BF16.
+      const int n8 = K / 8;
+      for (int c0 = threadIdx.x; c0 < n8; c0 += kThreads * kStageUnroll) {
+        if constexpr (kMode == GemmInput::Bf16) {
+          const uint4* x8 = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+          uint4 v[kStageUnroll];
+#pragma unroll
+          for (int u = 0; u < kStageUnroll; ++u)
+            if (c0 + u * kThreads < n8) v[u] = x8[c0 + u * kThreads];
+#pragma unroll
+          for (int u = 0; u < kStageUnroll; ++u)
+            if (c0 + u * kThreads < n8) reinterpret_cast<uint4*>(dst)[c0 + u * kThreads] = v[u];
+        } else {
+          const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+          // RmsNorm: (x, norm weight) pairs; SiluMul: (gate, up) pairs (up starts K floats on).
+          const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
+          float4 a[kStageUnroll][2], b[kStageUnroll][2];
+#pragma unroll
+          for (int u = 0; u < kStageUnroll; ++u) {
+            const int c = c0 + u * kThreads;
+            if (c < n8) {
+              a[u][0] = x4[2 * c];
+              a[u][1] = x4[2 * c + 1];
+              b[u][0] = __ldg(y4 + 2 * c);
+              b[u][1] = __ldg(y4 + 2 * c + 1);
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < kStageUnroll; ++u) {
+            const int c = c0 + u * kThreads;
+            if (c < n8) {
+              const float xs[8] = {a[u][0].x, a[u][0].y, a[u][0].z, a[u][0].w, a[u][1].x, a[u][1].y, a[u][1].z, a[u][1].w};
+              const float ys[8] = {b[u][0].x, b[u][0].y, b[u][0].z, b[u][0].w, b[u][1].x, b[u][1].y, b[u][1].z, b[u][1].w};
+              __nv_bfloat162 o[4];
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                float lo, hi;
+                if constexpr (kMode == GemmInput::RmsNorm) {
+                  lo = ys[2 * j] * (xs[2 * j] * inv[r]);
+                  hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv[r]);
+                } else {
+                  lo = silu_mul(xs[2 * j], ys[2 * j]);
+                  hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
+                }
+                o[j] = __floats2bfloat162_rn(lo, hi);
+              }
+              reinterpret_cast<uint4*>(dst)[c] = *reinterpret_cast<const uint4*>(o);
+            }
+          }
+        }
+      }
+    } else {
+      if constexpr (kMode == GemmInput::Bf16) {
+        const bf16* x = static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx;
+        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = x[i];
+      } else if constexpr (kMode == GemmInput::RmsNorm) {
+        const float* x = static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx;
+        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = __float2bfloat16(in.norm_w[i] * (x[i] * inv[r]));
+      } else {
+        const float* g = static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx;
+        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = __float2bfloat16(silu_mul(g[i], g[K + i]));
+      }
+      for (int i = K + threadIdx.x; i < Kp; i += kThreads) dst[i] = __float2bfloat16(0.0f);
+    }
+  }
+  __syncthreads();
+
+  // ---- dot products: warp -> features n0, n0 + 1; lane -> chunks lane, lane + 32, ... --
+  const int n0 = blockIdx.x * kOutPerBlock + warp * kOutPerWarp;
+  if (n0 >= N) return;
+  const int nw = min(kOutPerWarp, N - n0);
+  float acc[kRowsPerBlock][kOutPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerBlock; ++r)
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = 0.0f;
+  if constexpr (kVec) {
+    const int chunks = K / 8;
+    const uint4* w4[kOutPerWarp];
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o)
+      w4[o] = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(min(n0 + o, N - 1)) * K);
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+      uint4 wv[kUnroll][kOutPerWarp];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * 32;
+#pragma unroll
+        for (int o = 0; o < kOutPerWarp; ++o)
+          if (c < chunks) wv[u][o] = __ldg(w4[o] + c);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * 32;
+        if (c < chunks) {
+          float wf[kOutPerWarp][8];
+#pragma unroll
+          for (int o = 0; o < kOutPerWarp; ++o) unpack8(wv[u][o], wf[o]);
+#pragma unroll
+          for (int r = 0; r < kRowsPerBlock; ++r) {
+            if (r < mr) {
+              float a[8];
+              unpack8(*reinterpret_cast<const uint4*>(As + r * Kp + c * 8), a);
+#pragma unroll
+              for (int o = 0; o < kOutPerWarp; ++o)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[r][o] = fmaf(a[j], wf[o][j], acc[r][o]);
+            }
+          }
+        }
+      }
+    }
+  } else {
+    for (int k = lane; k < K; k += 32) {
+      float wk[kOutPerWarp];
+#pragma unroll
+      for (int o = 0; o < kOutPerWarp; ++o) wk[o] = __bfloat162float(W[static_cast<int64_t>(min(n0 + o, N - 1)) * K + k]);
+#pragma unroll
+      for (int r = 0; r < kRowsPerBlock; ++r)
+        if (r < mr) {
+          const float a = __bfloat162float(As[r * Kp + k]);
+#pragma unroll
+          for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = fmaf(a, wk[o], acc[r][o]);
+        }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerBlock; ++r) {
+#pragma unroll
+    for (int o = 0; o < kOutPerWarp; ++o) {
+      float v = acc[r][o];
+#pragma unroll
+      for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+      if (lane == 0 && r < mr && o < nw) {
+        float* y = Y + static_cast<int64_t>(m0 + r) * ldy + n0 + o;
+        const float out = accumulate ? *y + v : v;
+        *y = out;
+        if (argmax_keys) atomicMax(argmax_keys + m0 + r, argmax_key(out, n0 + o));
+      }
+    }
+  }
+}
+
+template <int kMode, bool kVec>
+void launch_one(dim3 grid, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M,
+                bool accumulate, unsigned long long* keys, cudaStream_t stream) {
+  static size_t allowed = 0;  // dynamic shared memory opted in so far for this instance
+  if (smem > 48 * 1024 && smem > allowed) {
+    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(gemm_rows_kernel<kMode, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(smem)));
+    allowed = smem;
+  }
+  gemm_rows_kernel<kMode, kVec><<<grid, kThreads, smem, stream>>>(in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys);
+}
+
+template <int kMode>
+void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
+            unsigned long long* keys, cudaStream_t stream) {
+  dim3 grid((N + kOutPerBlock - 1) / kOutPerBlock, (M + kRowsPerBlock - 1) / kRowsPerBlock);
+  const size_t smem = static_cast<size_t>(std::min(M, kRowsPerBlock)) * ((K + 7) & ~7) * sizeof(bf16);
+  static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
+  if (optin == 0) {
+    int dev = 0;
+    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  }
+  if (smem > static_cast<size_t>(optin))
+    throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
+                " bytes of shared memory per block, more than the device's " + std::to_string(optin));
+  // The 16-byte paths: K a multiple of 8, and W, A's rows (and the norm weight) 16-byte aligned.
+  const int elems16 = kMode == GemmInput::Bf16 ? 8 : 4;
+  bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
+             reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
+  if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
+  if (vec) launch_one<kMode, true>(grid, smem, in, W, N, K, Y, ldy, M, accumulate, keys, stream);
+  else launch_one<kMode, false>(grid, smem, in, W, N, K, Y, ldy, M, accumulate, keys, stream);
+  DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
+}
+
+}  // namespace
+
+void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
+               cudaStream_t stream, unsigned long long* argmax_keys) {
+  if (M <= 0 || N <= 0) return;
+  switch (in.kind) {
+    case GemmInput::Bf16: launch<GemmInput::Bf16>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
+    case GemmInput::SiluMul: launch<GemmInput::SiluMul>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
+  }
+}
+
+Gemm::Gemm(bool batch_invariant) : invariant_(batch_invariant) {
+  if (invariant_) return;
+  DSINFER_CUBLAS_CHECK(cublasCreate(&handle_));
+  // A fixed workspace keeps cuBLAS from allocating inside a CUDA graph capture.
+  const size_t ws = 32u << 20;
+  DSINFER_CUDA_CHECK(cudaMalloc(&workspace_, ws));
+  DSINFER_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_, ws));
+  DSINFER_CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+}
+
+Gemm::~Gemm() {
+  if (handle_) cublasDestroy(handle_);
+  if (workspace_) cudaFree(workspace_);
+}
+
+void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
+               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys) {
+  if (M <= 0 || N <= 0) return;
+  if (invariant_) {
+    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys);
+    return;
+  }
+  // Materialise A as BF16 rows, then cuBLAS.
+  const bf16* A = static_cast<const bf16*>(in.x);
+  int64_t lda = in.ldx;
+  if (in.kind != GemmInput::Bf16) {
+    if (!scratch) throw Error("CUDA GEMM: the cuBLAS path needs a scratch buffer for a fused input");
+    if (in.kind == GemmInput::RmsNorm) {
+      rmsnorm_rows(static_cast<const float*>(in.x), in.ldx, in.row_index, M, K, in.norm_w, in.eps, scratch, K, stream);
+    } else {
+      if (in.ldx != 2 * static_cast<int64_t>(K)) throw Error("CUDA GEMM: SwiGLU input must be [rows, 2K]");
+      silu_mul_rows(static_cast<const float*>(in.x), M, K, scratch, stream);
+    }
+    A = scratch;
+    lda = K;
+  }
+  // Column-major view: Yᵀ [N, M] = (W as K×N col-major)ᵀ · (A as K×M col-major).
+  DSINFER_CUBLAS_CHECK(cublasSetStream(handle_, stream));
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  DSINFER_CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, W, CUDA_R_16BF, K, A,
+                                    CUDA_R_16BF, static_cast<int>(lda), &beta, Y, CUDA_R_32F, static_cast<int>(ldy),
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (argmax_keys) argmax_keys_rows(Y, ldy, M, N, argmax_keys, stream);
+}
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,65 @@
+// dsinfer CUDA backend: the row-wise kernels of the Qwen3 forward (everything but the GEMMs
+// and attention). Each launcher enqueues one kernel on `stream` and checks the launch.
+//
+// Data flow of one layer (qwen3_cuda.cpp): x f32 [T, H] --rmsnorm_rows--> h bf16 --GEMM-->
+// qkv f32 [T, (NQ + 2 NKV)] --qk_norm_rope_store--> q f32 [T, NQ] + K/V (bf16) written into
+// the device cache at each row's (slot, position) --attention--> ... --GEMM += x-->
+// rmsnorm_rows --GEMM--> gate|up f32 [T, 2I] --silu_mul_rows--> act bf16 --GEMM += x.
+//
+// Batch invariance: every kernel computes a row (or a (row, head)) with a reduction order
+// fixed by the row's own sizes; the number of rows only sets the grid.
+// Formulas follow the CPU kernels (src/kernels/cpu/rmsnorm.cpp, rope.cpp, silu_mul.cpp):
+// y = w * (x * (1 / sqrt(mean(x^2) + eps))); RoPE cos/sin of the F32 angle pos * inv_freq
+// evaluated in double; silu(g) * u = g / (1 + exp(-g)) * u.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dsinfer::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// x[r, :] = table[tokens[r], :] as F32.
+void embed_rows(const bf16* table, int64_t H, const int32_t* tokens, int T, float* x, cudaStream_t stream);
+
+// y[r, :] = bf16(w * (x[src(r), :] * inv_rms)), src(r) = row_index ? row_index[r] : r.
+void rmsnorm_rows(const float* x, int64_t x_stride, const int32_t* row_index, int rows, int n, const float* w,
+                  float eps, bf16* y, int64_t y_stride, cudaStream_t stream);
+
+// cos/sin [T, half], scaled by attention_factor (as kernels/cpu/rope.h's rope_tables).
+void rope_table(const float* inv_freq, int half, const int32_t* pos, int T, float attention_factor, float* cos_t,
+                float* sin_t, cudaStream_t stream);
+
+// Device KV cache geometry of one layer: [slots][kv_heads][max_tokens][head_dim] BF16.
+struct KVLayerView {
+  bf16* k = nullptr;
+  bf16* v = nullptr;
+  int64_t slot_stride = 0;  // elements between slots
+  int64_t head_stride = 0;  // elements between KV heads of one slot (max_tokens * head_dim)
+};
+
+// qkv f32 [T, (NH + 2 NKVH) * D] (q heads, then k heads, then v heads). Per head: q and k
+// are RMS-normed over D with q_norm / k_norm and rotated (rotate-half RoPE at the row's
+// position); q goes to q_out f32 [T, NH * D]; k and v go to the cache at (slot[r], pos[r])
+// as BF16. Rows with slot < 0 (graph padding) write q only.
+void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const float* q_norm, const float* k_norm,
+                        float eps, const float* cos_t, const float* sin_t, const int32_t* slot, const int32_t* pos,
+                        float* q_out, KVLayerView kv, cudaStream_t stream);
+
+// y[r, i] += b[i] for r < rows, i < n (row stride ld).
+void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaStream_t stream);
+
+// act[r, i] = bf16(silu(gu[r, i]) * gu[r, I + i]) (gate then up in one [rows, 2I] matrix).
+void silu_mul_rows(const float* gu, int rows, int I, bf16* act, cudaStream_t stream);
+
+// ids[r] = argmax of logits[r, :V] (lowest index on ties, as torch.argmax).
+void argmax_rows(const float* logits, int rows, int V, int32_t* ids, cudaStream_t stream);
+// The same argmax as the GEMM's 64-bit keys (cuda_gemm.h): keys[r] = key(max, index).
+void argmax_keys_rows(const float* logits, int64_t ld, int rows, int V, unsigned long long* keys, cudaStream_t stream);
+
+// Host helpers for tests and the model: F32 <-> BF16 on the device.
+void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream);
+
+}  // namespace dsinfer::cuda

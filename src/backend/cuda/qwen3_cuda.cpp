@@ -1,0 +1,571 @@
+// dsinfer CUDA backend: the Qwen3 dense model on one GPU (see cuda_backend.h).
+//
+// Data flow of forward(): the host validates the batch exactly as the CPU model does, then
+// flattens it into rows: for every new token its id, its position (slot length + i) and
+// its slot, plus the indices of the rows whose logits are wanted. That metadata is the only
+// host-to-device copy (one pinned buffer). On the device: embedding gather -> RoPE tables ->
+// per layer [RMSNorm + one QKV GEMM (q|k|v weights concatenated) -> q/k norm + RoPE, K/V
+// into the cache -> attention over the cache -> o GEMM added into x -> RMSNorm + one
+// gate|up GEMM -> SwiGLU + down GEMM added into x] -> final RMSNorm + LM head over the
+// wanted rows -> (argmax). "+" marks what runs fused in one GEMM launch (cuda_gemm.h):
+// six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
+// and captured layer outputs only when asked.
+//
+// CUDA graphs: a call without layer capture and with at most 256 rows is padded to a
+// power-of-two row count (padding rows have slot -1: they touch no cache and no real row)
+// and a power-of-two logit-row count; the second call of a (cache, rows, logit rows) shape
+// captures the whole enqueue into a graph and later calls replay it, so steady-state decode
+// and verify steps cost one launch instead of ~10 per layer. Graphs bake in device
+// addresses: growing the workspace drops them, and each cache has its own.
+//
+// Numerics: weights BF16; activations F32 between kernels and rounded to BF16 only as GEMM
+// inputs (as the CPU's bf16 matmul precision does); F32 accumulation everywhere; K/V stored
+// BF16. Batch invariance (opts.batch_invariant): every kernel, the GEMM included, computes
+// a row in an order fixed by the row alone (cuda_gemm.h, cuda_attention.h), and padding
+// rows are independent rows, so graph replay and eager runs give the same bits.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_kv_cache.h"
+#include "core/error.h"
+#include "model/config.h"
+#include "model/qwen3_layer.h"
+#include "model/rope_params.h"
+#include "model/weights.h"
+
+namespace dsinfer {
+
+namespace cuda {
+namespace {
+
+// Device allocations freed together (weights for the model's life; workspace per size).
+class DeviceArena {
+ public:
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena() { release(); }
+  void release() {
+    for (void* p : ptrs_) cudaFree(p);
+    ptrs_.clear();
+  }
+  template <typename T>
+  T* alloc(size_t n) {
+    void* p = nullptr;
+    DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    ptrs_.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  T* upload(const T* host, size_t n) {
+    T* d = alloc<T>(n);
+    DSINFER_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
+    return d;
+  }
+
+ private:
+  std::vector<void*> ptrs_;
+};
+
+struct LayerWeights {
+  bf16 *qkv = nullptr, *o = nullptr, *gu = nullptr, *down = nullptr;
+  float *qkv_bias = nullptr, *o_bias = nullptr;
+  float *q_norm = nullptr, *k_norm = nullptr, *in_norm = nullptr, *post_norm = nullptr;
+};
+
+int pow2_at_least(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+constexpr int kMaxGraphRows = 256;
+
+class CudaQwen3Model final : public Model {
+ public:
+  CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts);
+  ~CudaQwen3Model() override;
+
+  const ModelConfig& config() const override { return cfg_; }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
+  void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override { run(kv, batch, out, nullptr); }
+  void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
+    run(kv, batch, out, &ids);
+  }
+  void embed(const int32_t* ids, int n, float* out) const override;
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
+  uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+
+ private:
+  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
+  void enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
+  void ensure_workspace(int rows, int logit_rows);
+  void drop_graphs();
+  // DSINFER_CUDA_PROFILE=1: forwards run eagerly with a CUDA event after each stage, and
+  // the per-stage times are printed to stderr when the model is destroyed.
+  void mark(const char* stage);
+  void collect_marks(int rows);
+  void print_profile() const;
+  bool profile_ = false, capturing_ = false;
+  std::vector<cudaEvent_t> events_;
+  size_t next_event_ = 0;
+  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+  std::map<std::string, std::pair<double, int64_t>> stage_ms_;
+  std::map<std::string, int64_t> forwards_;
+
+  ModelConfig cfg_;
+  CudaModelOptions opts_;
+  Qwen3LayerDims d_;
+  float attention_factor_ = 1.0f;
+  uint64_t decode_bytes_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+
+  DeviceArena weights_;
+  std::vector<LayerWeights> layers_;
+  bf16* embed_ = nullptr;
+  bf16* head_ = nullptr;
+  float* final_norm_ = nullptr;
+  float* inv_freq_ = nullptr;
+
+  // Workspace for up to cap_rows_ rows and cap_logits_ logit rows (grow-only).
+  DeviceArena ws_;
+  int cap_rows_ = 0, cap_logits_ = 0;
+  float *x_ = nullptr, *qkv_ = nullptr, *q_ = nullptr, *gu_ = nullptr, *cos_ = nullptr, *sin_ = nullptr,
+        *logits_ = nullptr;
+  bf16 *hb_ = nullptr, *attb_ = nullptr, *act_ = nullptr, *hf_ = nullptr;
+  int32_t* meta_ = nullptr;              // device: tokens | pos | slot | logit rows
+  unsigned long long* keys_ = nullptr;   // device: argmax key per logit row (cuda_gemm.h)
+  int32_t* meta_host_ = nullptr;         // pinned mirrors
+  unsigned long long* keys_host_ = nullptr;
+  float* cap_ = nullptr;  // captured layer outputs [T, n_cap, H]
+  size_t cap_floats_ = 0;
+
+  using GraphKey = std::tuple<uint64_t, int, int>;  // (cache uid, rows, logit rows)
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::map<GraphKey, int> seen_;
+};
+
+CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts) : cfg_(cfg), opts_(opts) {
+  const std::string cfile = cfg.model_dir + "/config.json";
+  if (cfg.hidden_act != "silu")
+    throw Error(cfile + ": field 'hidden_act': '" + cfg.hidden_act + "' is not supported by Qwen3 (expected silu)");
+  if (cfg.use_sliding_window)
+    throw Error(cfile + ": field 'use_sliding_window': sliding-window attention is not supported for Qwen3");
+  if (cfg.head_dim > 256 || cfg.head_dim % 2 != 0)
+    throw Error(cfile + ": field 'head_dim': " + std::to_string(cfg.head_dim) + " not supported on CUDA (even, <= 256)");
+  if (cfg.num_key_value_heads <= 0 || cfg.num_attention_heads % cfg.num_key_value_heads != 0)
+    throw Error(cfile + ": field 'num_key_value_heads': must divide num_attention_heads");
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error("--device cuda: " + why);
+  profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
+  DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<Gemm>(opts.batch_invariant);
+
+  const RopeParams rope = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
+  attention_factor_ = rope.attention_factor;
+  inv_freq_ = weights_.upload(rope.inv_freq.data(), rope.inv_freq.size());
+
+  // Host side exactly as the CPU model loads (shape/dtype checks), every matrix as BF16.
+  WeightStore store(cfg.model_dir, "bf16");
+  d_ = qwen3_layer_dims(cfg);
+  const int64_t H = d_.hidden, I = d_.intermediate, NQ = d_.q_width(), NKV = d_.kv_width(), V = cfg.vocab_size;
+  auto bf16_ptr = [](const WeightView& w) {
+    if (w.dtype != DType::BF16) throw Error("CUDA upload: expected a BF16 matrix after conversion");
+    return static_cast<const bf16*>(w.data);
+  };
+  auto upload_rows = [&](bf16* dst, const WeightView& w) {
+    DSINFER_CUDA_CHECK(cudaMemcpy(dst, bf16_ptr(w), static_cast<size_t>(w.rows * w.cols) * sizeof(bf16),
+                                  cudaMemcpyHostToDevice));
+    return dst + w.rows * w.cols;
+  };
+  uint64_t bytes = 0;
+  layers_.resize(cfg.num_hidden_layers);
+  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
+    const Qwen3LayerWeights w = load_qwen3_layer(store, "model.layers." + std::to_string(l) + ".", d_, cfg.attention_bias);
+    LayerWeights& L = layers_[l];
+    L.qkv = weights_.alloc<bf16>((NQ + 2 * NKV) * H);
+    upload_rows(upload_rows(upload_rows(L.qkv, w.q), w.k), w.v);
+    L.o = weights_.alloc<bf16>(H * NQ);
+    upload_rows(L.o, w.o);
+    L.gu = weights_.alloc<bf16>(2 * I * H);
+    upload_rows(upload_rows(L.gu, w.gate), w.up);
+    L.down = weights_.alloc<bf16>(H * I);
+    upload_rows(L.down, w.down);
+    if (cfg.attention_bias) {
+      std::vector<float> b(w.q_bias);
+      b.insert(b.end(), w.k_bias.begin(), w.k_bias.end());
+      b.insert(b.end(), w.v_bias.begin(), w.v_bias.end());
+      L.qkv_bias = weights_.upload(b.data(), b.size());
+      L.o_bias = weights_.upload(w.o_bias.data(), w.o_bias.size());
+    }
+    L.q_norm = weights_.upload(w.q_norm.data(), w.q_norm.size());
+    L.k_norm = weights_.upload(w.k_norm.data(), w.k_norm.size());
+    L.in_norm = weights_.upload(w.in_norm.data(), w.in_norm.size());
+    L.post_norm = weights_.upload(w.post_norm.data(), w.post_norm.size());
+    bytes += static_cast<uint64_t>((NQ + 2 * NKV) * H + H * NQ + 3 * I * H) * sizeof(bf16) +
+             static_cast<uint64_t>(2 * d_.head_dim + 2 * H) * sizeof(float);
+  }
+  const WeightView emb = store.matrix("model.embed_tokens.weight", V, H);
+  embed_ = weights_.alloc<bf16>(V * H);
+  upload_rows(embed_, emb);
+  const std::vector<float> fn = store.vector_f32("model.norm.weight", H);
+  final_norm_ = weights_.upload(fn.data(), fn.size());
+  if (cfg.tie_word_embeddings) {
+    head_ = embed_;  // transformers ties lm_head to embed_tokens
+  } else if (store.has("lm_head.weight")) {
+    head_ = weights_.alloc<bf16>(V * H);
+    upload_rows(head_, store.matrix("lm_head.weight", V, H));
+  } else {
+    throw Error(cfg.model_dir + ": tensor 'lm_head.weight' not found and config.json field 'tie_word_embeddings' is false");
+  }
+  bytes += static_cast<uint64_t>(V * H + H) * sizeof(bf16) + H * sizeof(float);  // head + one embedding row + norm
+  decode_bytes_ = bytes;
+}
+
+CudaQwen3Model::~CudaQwen3Model() {
+  print_profile();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  drop_graphs();
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (keys_host_) cudaFreeHost(keys_host_);
+  if (cap_) cudaFree(cap_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaQwen3Model::drop_graphs() {
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  graphs_.clear();
+  seen_.clear();
+}
+
+std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_tokens) const {
+  check(max_slots >= 1, "CUDA KV cache: max_slots must be >= 1");
+  const double ratio = opts_.cache_prealloc_ratio;
+  check(ratio > 0.0 && ratio <= 1.0, "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(ratio) + ")");
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const double budget = ratio * static_cast<double>(free_b);
+  const uint64_t per_slot_token =
+      CudaKVCache::bytes_per_token(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim);
+  const double per_token = static_cast<double>(per_slot_token) * max_slots;
+  if (max_tokens <= 0) {
+    const double fit = std::floor(budget / per_token);
+    max_tokens = static_cast<int>(std::min<double>(fit, cfg_.max_position_embeddings > 0 ? cfg_.max_position_embeddings : fit));
+    check(max_tokens >= 1, "--cache-prealloc-ratio " + std::to_string(ratio) + ": no room for one token per slot");
+  } else if (per_token * max_tokens > budget) {
+    throw Error("CUDA KV cache: " + std::to_string(max_slots) + " slots x " + std::to_string(max_tokens) + " tokens need " +
+                std::to_string(static_cast<uint64_t>(per_token * max_tokens) >> 20) + " MiB, more than --cache-prealloc-ratio " +
+                std::to_string(ratio) + " of the " + std::to_string(free_b >> 20) + " MiB free on the device");
+  }
+  return std::make_unique<CudaKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, max_slots,
+                                       max_tokens);
+}
+
+void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
+  if (rows <= cap_rows_ && logit_rows <= cap_logits_) return;
+  drop_graphs();  // they point into the old buffers
+  ws_.release();
+  if (meta_host_) cudaFreeHost(meta_host_);
+  if (keys_host_) cudaFreeHost(keys_host_);
+  meta_host_ = nullptr;
+  keys_host_ = nullptr;
+  cap_rows_ = std::max({rows, 16, cap_rows_});
+  cap_logits_ = std::max({logit_rows, 16, cap_logits_});
+  const int64_t T = cap_rows_, Lr = cap_logits_;
+  const int64_t H = d_.hidden, I = d_.intermediate, NQ = d_.q_width(), NKV = d_.kv_width(), V = cfg_.vocab_size;
+  x_ = ws_.alloc<float>(T * H);
+  hb_ = ws_.alloc<bf16>(T * H);
+  qkv_ = ws_.alloc<float>(T * (NQ + 2 * NKV));
+  q_ = ws_.alloc<float>(T * NQ);
+  attb_ = ws_.alloc<bf16>(T * NQ);
+  gu_ = ws_.alloc<float>(T * 2 * I);
+  act_ = ws_.alloc<bf16>(T * I);
+  cos_ = ws_.alloc<float>(T * (d_.head_dim / 2));
+  sin_ = ws_.alloc<float>(T * (d_.head_dim / 2));
+  hf_ = ws_.alloc<bf16>(Lr * H);
+  logits_ = ws_.alloc<float>(Lr * V);
+  keys_ = ws_.alloc<unsigned long long>(Lr);
+  meta_ = ws_.alloc<int32_t>(3 * T + Lr);
+  DSINFER_CUDA_CHECK(cudaMallocHost(&meta_host_, (3 * T + Lr) * sizeof(int32_t)));
+  DSINFER_CUDA_CHECK(cudaMallocHost(&keys_host_, Lr * sizeof(unsigned long long)));
+}
+
+void CudaQwen3Model::enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers,
+                             bool with_argmax) {
+  cudaStream_t s = stream_;
+  const int H = static_cast<int>(d_.hidden), I = static_cast<int>(d_.intermediate);
+  const int NQ = static_cast<int>(d_.q_width()), NKV = static_cast<int>(d_.kv_width()), NQKV = NQ + 2 * NKV;
+  const int D = d_.head_dim, NH = d_.heads, NKVH = d_.kv_heads, V = cfg_.vocab_size;
+  const float eps = d_.eps;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const int32_t* tok = meta_;
+  const int32_t* pos = meta_ + cap_rows_;
+  const int32_t* slot = meta_ + 2 * cap_rows_;
+  const int32_t* lrows = meta_ + 3 * cap_rows_;
+  const int n_cap = static_cast<int>(capture_layers.size());
+  auto capture = [&](int layer_id) {
+    for (int c = 0; c < n_cap; ++c)
+      if (capture_layers[c] == layer_id)
+        DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(cap_ + static_cast<size_t>(c) * H, sizeof(float) * n_cap * H, x_,
+                                             sizeof(float) * H, sizeof(float) * H, T, cudaMemcpyDeviceToDevice, s));
+  };
+
+  mark("start");
+  embed_rows(embed_, H, tok, T, x_, s);
+  rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
+  capture(-1);
+  mark("embed+rope");
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerWeights& W = layers_[l];
+    const KVLayerView kvl = kv.layer(l);
+    // The input RMSNorm, SwiGLU and the residual adds are fused into the GEMMs (cuda_gemm.h).
+    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s);
+    if (W.qkv_bias) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
+    mark("gemm qkv (+rmsnorm)");
+    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s);
+    mark("qk norm + rope + kv store");
+    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s);
+    mark("attention");
+    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s);
+    if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
+    mark("gemm o (+= x)");
+    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, gu_, 2 * I, T, false, hb_, s);
+    mark("gemm gate|up (+rmsnorm)");
+    gemm_->run(GemmInput::silu_mul_rows(gu_, 2 * I), W.down, H, I, x_, H, T, true, act_, s);
+    mark("gemm down (+swiglu, += x)");
+    capture(l);
+  }
+  if (n_logits > 0) {
+    // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host).
+    if (with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long) * n_logits, s));
+    gemm_->run(GemmInput::rmsnorm_rows(x_, H, final_norm_, eps, lrows), head_, V, H, logits_, V, n_logits, false, hf_,
+               s, with_argmax ? keys_ : nullptr);
+    mark("lm head (+rmsnorm, argmax)");
+  }
+}
+
+void CudaQwen3Model::mark(const char* stage) {
+  if (!profile_ || capturing_) return;
+  if (next_event_ == events_.size()) {
+    cudaEvent_t e;
+    DSINFER_CUDA_CHECK(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  cudaEvent_t e = events_[next_event_++];
+  DSINFER_CUDA_CHECK(cudaEventRecord(e, stream_));
+  marks_.push_back({stage, e});
+}
+
+void CudaQwen3Model::collect_marks(int rows) {
+  if (!profile_) return;
+  const std::string prefix = rows == 1 ? "1 row: " : "multi-row: ";
+  for (size_t i = 1; i < marks_.size(); ++i) {
+    float ms = 0;
+    DSINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
+    auto& st = stage_ms_[prefix + marks_[i].first];
+    st.first += ms;
+    st.second += 1;
+  }
+  if (!marks_.empty()) forwards_[prefix] += 1;
+  marks_.clear();
+  next_event_ = 0;
+}
+
+void CudaQwen3Model::print_profile() const {
+  if (!profile_ || stage_ms_.empty()) return;
+  std::fprintf(stderr, "DSINFER_CUDA_PROFILE (eager, CUDA events between stages; per forward):\n");
+  for (const auto& [prefix, n] : forwards_) {
+    double total = 0;
+    for (const auto& [name, st] : stage_ms_)
+      if (name.rfind(prefix, 0) == 0) total += st.first;
+    std::fprintf(stderr, "  %s%lld forwards, %.1f us each\n", prefix.c_str(), static_cast<long long>(n), 1e3 * total / n);
+    for (const auto& [name, st] : stage_ms_)
+      if (name.rfind(prefix, 0) == 0)
+        std::fprintf(stderr, "    %-40s %9.1f us/forward  %5.1f%%\n", name.c_str() + prefix.size(), 1e3 * st.first / n,
+                     100.0 * st.first / total);
+  }
+}
+
+void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
+  auto* kv = dynamic_cast<CudaKVCache*>(&kv_base);
+  if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache");
+  const int L = cfg_.num_hidden_layers, V = cfg_.vocab_size;
+  const int64_t H = d_.hidden;
+  if (kv->n_layers() != L || kv->n_kv_heads() != cfg_.num_key_value_heads || kv->head_dim() != cfg_.head_dim)
+    throw Error("forward: KV cache geometry does not match the model");
+
+  // ---- validate everything before the cache is touched (same rules as the CPU model) ----
+  auto fail = [&](size_t e, const std::string& why) -> void {
+    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
+  };
+  int64_t T = 0, n_logits = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& en = batch.entries[e];
+    if (en.slot < 0 || en.slot >= kv->max_slots()) fail(e, "slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
+    for (size_t o = 0; o < e; ++o)
+      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
+    const int64_t n = static_cast<int64_t>(en.tokens.size());
+    if (kv->length(en.slot) + n > kv->max_tokens())
+      fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
+                  " tokens > capacity " + std::to_string(kv->max_tokens()));
+    for (int32_t t : en.tokens)
+      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+    for (int r : en.logit_rows)
+      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+    T += n;
+    n_logits += static_cast<int64_t>(en.logit_rows.size());
+  }
+  for (int c : batch.capture_layers)
+    if (c < -1 || c >= L) throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
+  const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
+  check(T < (1 << 30), "forward: too many rows in one batch");
+
+  out.vocab_size = V;
+  out.hidden_size = static_cast<int>(H);
+  out.captured.resize(static_cast<size_t>(T * n_cap * H));
+  if (ids) {
+    out.logits.clear();
+    ids->clear();
+  } else {
+    out.logits.resize(static_cast<size_t>(n_logits * V));
+  }
+  if (T == 0) return;
+
+  // ---- rows: (token, position, slot); graph shapes are padded to powers of two ----------
+  const bool graph = opts_.use_graphs && !profile_ && n_cap == 0 && T <= kMaxGraphRows;
+  const int rows = graph ? pow2_at_least(static_cast<int>(T)) : static_cast<int>(T);
+  const int lrows = graph ? (n_logits ? pow2_at_least(static_cast<int>(n_logits)) : 0) : static_cast<int>(n_logits);
+  ensure_workspace(rows, lrows);
+  int32_t* tok = meta_host_;
+  int32_t* pos = meta_host_ + cap_rows_;
+  int32_t* slot = meta_host_ + 2 * cap_rows_;
+  int32_t* lr = meta_host_ + 3 * cap_rows_;
+  {
+    int r = 0, li = 0;
+    for (const ForwardEntry& en : batch.entries) {
+      const int start = kv->length(en.slot);
+      for (int lrow : en.logit_rows) lr[li++] = r + lrow;
+      for (size_t i = 0; i < en.tokens.size(); ++i, ++r) {
+        tok[r] = en.tokens[i];
+        pos[r] = start + static_cast<int>(i);
+        slot[r] = en.slot;
+      }
+    }
+    for (; r < rows; ++r) tok[r] = 0, pos[r] = 0, slot[r] = -1;
+    for (; li < lrows; ++li) lr[li] = 0;
+  }
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+  if (n_cap > 0 && cap_floats_ < static_cast<size_t>(T * n_cap * H)) {
+    if (cap_) cudaFree(cap_);
+    cap_ = nullptr;
+    cap_floats_ = static_cast<size_t>(T * n_cap * H);
+    DSINFER_CUDA_CHECK(cudaMalloc(&cap_, cap_floats_ * sizeof(float)));
+  }
+
+  if (graph) {
+    const GraphKey key{kv->uid(), rows, lrows};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end() && seen_[key]++ >= 1) {
+      // Second sighting of this shape: capture it (the first ran eagerly, which also warmed
+      // up module loading and cuBLAS outside the capture).
+      cudaGraph_t g = nullptr;
+      DSINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      capturing_ = true;
+      try {
+        enqueue(*kv, rows, lrows, {}, true);
+        capturing_ = false;
+      } catch (...) {
+        capturing_ = false;
+        cudaStreamEndCapture(stream_, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      DSINFER_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      if (e != cudaSuccess) throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+      it = graphs_.emplace(key, exec).first;
+    }
+    if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    else enqueue(*kv, rows, lrows, {}, true);
+  } else {
+    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr);
+  }
+
+  // ---- results back: ids or logit rows, and captured layers -----------------------------
+  if (ids && n_logits > 0) {
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(keys_host_, keys_, n_logits * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                       stream_));
+  } else if (!ids && n_logits > 0) {
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_));
+  }
+  if (n_cap > 0)
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.captured.data(), cap_, T * n_cap * H * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_));
+  DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  collect_marks(static_cast<int>(T));
+  if (ids) {
+    ids->resize(n_logits);
+    for (int64_t i = 0; i < n_logits; ++i) (*ids)[i] = argmax_from_key(keys_host_[i]);
+  }
+  for (const ForwardEntry& en : batch.entries)
+    kv->set_length(en.slot, kv->length(en.slot) + static_cast<int>(en.tokens.size()));
+}
+
+void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
+  if (n <= 0) return;
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+      throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " +
+                  std::to_string(cfg_.vocab_size) + ")");
+  DeviceArena tmp;
+  int32_t* d_ids = tmp.upload(ids, n);
+  float* d_out = tmp.alloc<float>(static_cast<size_t>(n) * d_.hidden);
+  embed_rows(embed_, d_.hidden, d_ids, n, d_out, stream_);
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(out, d_out, sizeof(float) * n * d_.hidden, cudaMemcpyDeviceToHost, stream_));
+  DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_norm) const {
+  if (n <= 0) return;
+  const int64_t H = d_.hidden, V = cfg_.vocab_size;
+  DeviceArena tmp;
+  float* d_h = tmp.upload(hidden, static_cast<size_t>(n) * H);
+  bf16* d_hb = tmp.alloc<bf16>(static_cast<size_t>(n) * H);
+  float* d_logits = tmp.alloc<float>(static_cast<size_t>(n) * V);
+  if (apply_norm) rmsnorm_rows(d_h, H, nullptr, n, static_cast<int>(H), final_norm_, d_.eps, d_hb, H, stream_);
+  else f32_to_bf16_n(d_h, n * H, d_hb, stream_);
+  gemm_->run(GemmInput::bf16_rows(d_hb, H), head_, static_cast<int>(V), static_cast<int>(H), d_logits, V, n, false,
+             nullptr, stream_);
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(logits, d_logits, sizeof(float) * n * V, cudaMemcpyDeviceToHost, stream_));
+  DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
+  ModelConfig cfg = load_model_config(model_dir);
+  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  if (!qwen3)
+    throw Error(model_dir + "/config.json: field 'architectures': '" + cfg.architecture +
+                "' is not supported by the CUDA backend (supported: Qwen3ForCausalLM)");
+  return std::make_unique<cuda::CudaQwen3Model>(cfg, opts);
+}
+
+}  // namespace dsinfer

@@ -1,0 +1,58 @@
+// dsinfer CLI: --device and the CUDA options (see device_option.h).
+#include "cli/device_option.h"
+
+#include <CLI/CLI.hpp>
+
+#include "core/error.h"
+#ifdef DSINFER_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace dsinfer::cli {
+
+void add_device_options(CLI::App* sub, DeviceArgs* dest) {
+  sub->add_option("--device", dest->device, "Where the target model runs: cpu, or cuda (binaries built with DSINFER_CUDA=ON)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  sub->add_option("--cuda-gemm", dest->cuda_gemm,
+                  "--device cuda: invariant (fixed-order GEMM, a row never depends on the batch; greedy speculation == "
+                  "plain greedy) or cublas (cuBLAS heuristics, faster prefill, not batch-invariant)")
+      ->check(CLI::IsMember({"invariant", "cublas"}))
+      ->capture_default_str();
+  sub->add_option("--cuda-graphs", dest->cuda_graphs, "--device cuda: replay CUDA graphs for steps of <= 256 rows")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  sub->add_option("--cache-prealloc-ratio", dest->cache_prealloc_ratio,
+                  "--device cuda: share of free device memory the KV cache may take, (0, 1]")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+}
+
+bool device_is_cuda(const DeviceArgs& a) { return a.device == "cuda"; }
+
+std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const DeviceArgs& a) {
+  if (!device_is_cuda(a)) return load_model(model_path);
+  if (a.cache_prealloc_ratio <= 0.0) throw Error("--cache-prealloc-ratio must be in (0, 1]");
+#ifdef DSINFER_HAS_CUDA
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error("--device cuda: " + why);
+  CudaModelOptions o;
+  o.batch_invariant = a.cuda_gemm == "invariant";
+  o.use_graphs = a.cuda_graphs == "on";
+  o.cache_prealloc_ratio = a.cache_prealloc_ratio;
+  return load_qwen3_cuda(model_path, o);
+#else
+  throw Error("--device cuda: this binary was built without the CUDA backend (configure with -DDSINFER_CUDA=ON)");
+#endif
+}
+
+std::string device_summary(const DeviceArgs& a) {
+  if (!device_is_cuda(a)) return "cpu";
+#ifdef DSINFER_HAS_CUDA
+  return "cuda: " + cuda_device_description() + ", gemm " + a.cuda_gemm + ", graphs " + a.cuda_graphs;
+#else
+  return "cuda (unavailable)";
+#endif
+}
+
+}  // namespace dsinfer::cli

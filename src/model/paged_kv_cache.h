@@ -1,0 +1,77 @@
+// dsinfer model floor: the paged KV cache — K/V storage addressed by block ids, for the
+// batched engine's block pool (engine/block_pool.h does the bookkeeping: which blocks a
+// sequence holds, the prefix cache, copy-on-write; this class only stores the numbers).
+//
+// Layout: per layer, K and V are each [num_blocks][n_kv_heads][block_size][head_dim], so
+// one KV head's keys inside a block are contiguous in position order (as in the dense
+// cache) and a block is one contiguous run per layer. Memory is reserved up front and
+// left untouched (no zero fill): the OS commits pages as blocks are first written.
+//
+// Data flow: before each Model::forward the engine binds every slot of the batch to its
+// sequence's block table and current length (bind); the forward writes the new tokens'
+// K/V at positions [length, length + n) through the table (position p in block
+// blocks[p / block_size] at offset p % block_size) and attention reads them back through
+// the same table, in position order, so the logits are bit-identical to the dense
+// cache's. Copy-on-write and compaction moves are applied with copy_block.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace dsinfer {
+
+class PagedKVCache : public KVCache {
+ public:
+  // max_slots sequences at once, each of up to max_tokens positions; num_blocks blocks of
+  // block_size tokens shared by all of them.
+  PagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks, int max_slots,
+               int max_tokens);
+
+  int max_slots() const override { return static_cast<int>(slots_.size()); }
+  int max_tokens() const override { return max_tokens_; }
+  int length(int slot) const override;
+  void truncate(int slot, int new_length) override;
+
+  // Points `slot` at a block table: position p lives in blocks[p / block_size]; the first
+  // `length` positions hold K/V. The ids are copied (the table may change afterwards).
+  void bind(int slot, std::span<const int32_t> blocks, int length);
+  void unbind(int slot) { bind(slot, {}, 0); }
+  std::span<const int32_t> blocks(int slot) const;
+  // Positions the bound blocks can hold.
+  int capacity(int slot) const;
+
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  int block_size() const { return block_size_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  // Floats of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
+  int64_t block_stride() const { return block_stride_; }
+  // Floats between consecutive KV heads inside a block.
+  int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
+  // Base of layer `layer`'s K (V): block b starts at k(layer) + b * block_stride().
+  float* k(int layer) { return k_.get() + static_cast<int64_t>(layer) * num_blocks_ * block_stride_; }
+  float* v(int layer) { return v_.get() + static_cast<int64_t>(layer) * num_blocks_ * block_stride_; }
+
+  // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
+  void copy_block(int32_t src, int32_t dst, int n_tokens);
+  // Called by the model once every layer has written the new positions.
+  void set_length(int slot, int len);
+
+ private:
+  void check_slot(int slot, const char* what) const;
+  struct Slot {
+    std::vector<int32_t> blocks;
+    int length = 0;
+  };
+  int n_layers_, n_kv_heads_, head_dim_, block_size_;
+  int64_t num_blocks_, block_stride_;
+  int max_tokens_;
+  std::unique_ptr<float[]> k_, v_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace dsinfer

@@ -1,0 +1,299 @@
+// CUDA backend: the device kernels against CPU references (GEMM, RMSNorm, attention over
+// the device KV cache, argmax) and the GEMM's batch invariance. Skipped (GTEST_SKIP) in
+// builds without DSINFER_CUDA and on machines without a GPU, which is how CI runs them.
+#include <gtest/gtest.h>
+
+#ifdef DSINFER_HAS_CUDA
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_kv_cache.h"
+#include "core/dtype.h"
+
+using namespace dsinfer;
+using namespace dsinfer::cuda;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    const std::string why = cuda_unavailable_reason();                       \
+    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why;             \
+  } while (0)
+
+template <typename T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t count) : n(count) { DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) {
+    DSINFER_CUDA_CHECK(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    DSINFER_CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void poison() { DSINFER_CUDA_CHECK(cudaMemset(p, 0x7f, n * sizeof(T))); }  // large finite floats
+};
+
+// Random BF16 values (as raw bits) and their F32 values.
+std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, float scale, std::vector<float>* as_f32) {
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<uint16_t> v(n);
+  as_f32->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = f32_to_bf16(nd(rng));
+    (*as_f32)[i] = bf16_to_f32(v[i]);
+  }
+  return v;
+}
+
+const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+
+}  // namespace
+
+// Both GEMM paths against a double reference, for a K that takes the 16-byte path and one
+// that takes the scalar path.
+TEST(CudaKernels, GemmMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(7);
+  for (int K : {320, 37}) {
+    const int M = 9, N = 77;
+    std::vector<float> xf, wf;
+    Dev<uint16_t> X(random_bf16(size_t(M) * K, rng, 1.0f, &xf));
+    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.1f, &wf));
+    for (bool invariant : {true, false}) {
+      SCOPED_TRACE("K " + std::to_string(K) + (invariant ? " invariant" : " cublas"));
+      Gemm g(invariant);
+      Dev<float> Y(size_t(M) * N);
+      Y.poison();
+      g.run(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, Y.p, N, M, false, nullptr, nullptr);
+      const std::vector<float> y = Y.get();
+      for (int m = 0; m < M; ++m)
+        for (int n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int k = 0; k < K; ++k) {
+            ref += double(xf[size_t(m) * K + k]) * wf[size_t(n) * K + k];
+            mag += std::abs(double(xf[size_t(m) * K + k]) * wf[size_t(n) * K + k]);
+          }
+          ASSERT_NEAR(y[size_t(m) * N + n], ref, 1e-4 * mag + 1e-6) << "m " << m << " n " << n;
+        }
+      // accumulate: Y += X·Wᵀ doubles it
+      g.run(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, Y.p, N, M, true, nullptr, nullptr);
+      const std::vector<float> y2 = Y.get();
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y2[i], 2 * y[i], 1e-5 * std::abs(y[i]) + 1e-6);
+    }
+  }
+}
+
+// The invariant GEMM: a row's bits do not depend on how many rows share the call or where
+// the row sits in it (row groups of 4 straddled on purpose).
+TEST(CudaKernels, InvariantGemmRowDoesNotDependOnBatch) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  const int K = 512, N = 300, M = 13;
+  std::vector<float> xf, wf;
+  Dev<uint16_t> X(random_bf16(size_t(M) * K, rng, 1.0f, &xf));
+  Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+  Dev<float> Yall(size_t(M) * N), Yone(N);
+  gemm_rows(as_bf16(X.p), K, as_bf16(W.p), N, K, Yall.p, N, M, false, nullptr);
+  const std::vector<float> all = Yall.get();
+  for (int m = 0; m < M; ++m) {
+    gemm_rows(as_bf16(X.p + size_t(m) * K), K, as_bf16(W.p), N, K, Yone.p, N, 1, false, nullptr);
+    const std::vector<float> one = Yone.get();
+    ASSERT_EQ(0, std::memcmp(one.data(), all.data() + size_t(m) * N, N * sizeof(float))) << "row " << m;
+  }
+  // The argmax keys folded into the epilogue (greedy LM head) give each row's argmax.
+  Dev<unsigned long long> keys(M);
+  DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, M * sizeof(unsigned long long)));
+  gemm_rows(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, Yall.p, N, M, false, nullptr, keys.p);
+  const std::vector<unsigned long long> k = keys.get();
+  for (int m = 0; m < M; ++m) {
+    int best = 0;
+    for (int n = 1; n < N; ++n)
+      if (all[size_t(m) * N + n] > all[size_t(m) * N + best]) best = n;
+    EXPECT_EQ(argmax_from_key(k[m]), best) << "row " << m;
+  }
+}
+
+// The fused inputs: RMSNorm of F32 rows (gathered through a row index) and SwiGLU of
+// [gate | up] rows, against a host reference that rounds A to BF16 the same way; both GEMM
+// paths; and, for the invariant kernel, a row alone gives the same bits as in the batch.
+TEST(CudaKernels, FusedGemmInputsMatchReferenceAndAreBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.5f);
+  for (int K : {256, 36}) {
+    const int M = 6, N = 50;
+    std::vector<float> x(size_t(M) * 2 * K), nw(K), wf;
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
+    Dev<float> dx(x), dnw(nw);
+    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.1f, &wf));
+    const std::vector<int32_t> idx = {5, 0, 3, 3, 1, 2};
+    Dev<int32_t> didx(idx);
+    Dev<uint16_t> scratch(size_t(M) * K);
+    for (int mode = 0; mode < 2; ++mode) {
+      // Reference A rows.
+      std::vector<float> a(size_t(M) * K);
+      for (int m = 0; m < M; ++m) {
+        if (mode == 0) {
+          const float* xr = x.data() + size_t(idx[m]) * K;  // RMSNorm input: rows of width K (ldx K)
+          double ss = 0;
+          for (int k = 0; k < K; ++k) ss += double(xr[k]) * xr[k];
+          const float inv = float(1.0 / std::sqrt(ss / K + 1e-6));
+          for (int k = 0; k < K; ++k) a[size_t(m) * K + k] = bf16_to_f32(f32_to_bf16(nw[k] * (xr[k] * inv)));
+        } else {
+          const float* g = x.data() + size_t(m) * 2 * K;
+          for (int k = 0; k < K; ++k)
+            a[size_t(m) * K + k] = bf16_to_f32(f32_to_bf16(g[k] / (1.0f + std::exp(-g[k])) * g[K + k]));
+        }
+      }
+      const GemmInput in = mode == 0 ? GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f, didx.p)
+                                     : GemmInput::silu_mul_rows(dx.p, 2 * K);
+      for (bool invariant : {true, false}) {
+        SCOPED_TRACE("K " + std::to_string(K) + (mode ? " swiglu" : " rmsnorm") + (invariant ? " invariant" : " cublas"));
+        Gemm g(invariant);
+        Dev<float> Y(size_t(M) * N);
+        Y.poison();
+        g.run(in, as_bf16(W.p), N, K, Y.p, N, M, false, reinterpret_cast<bf16*>(scratch.p), nullptr);
+        const std::vector<float> y = Y.get();
+        for (int m = 0; m < M; ++m)
+          for (int n = 0; n < N; ++n) {
+            double ref = 0, mag = 0;
+            for (int k = 0; k < K; ++k) {
+              ref += double(a[size_t(m) * K + k]) * wf[size_t(n) * K + k];
+              mag += std::abs(double(a[size_t(m) * K + k]) * wf[size_t(n) * K + k]);
+            }
+            // A's BF16 rounding may differ by one step where inv_rms differs in the last bit.
+            ASSERT_NEAR(y[size_t(m) * N + n], ref, 8e-3 * mag + 1e-5) << "m " << m << " n " << n;
+          }
+        if (!invariant) continue;
+        for (int m = 0; m < M; ++m) {  // row m alone
+          const GemmInput one = mode == 0 ? GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f, didx.p + m)
+                                          : GemmInput::silu_mul_rows(dx.p + size_t(m) * 2 * K, 2 * K);
+          Dev<float> Y1(N);
+          g.run(one, as_bf16(W.p), N, K, Y1.p, N, 1, false, nullptr, nullptr);
+          const std::vector<float> y1 = Y1.get();
+          ASSERT_EQ(0, std::memcmp(y1.data(), y.data() + size_t(m) * N, N * sizeof(float))) << "row " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, RmsNormMatchesCpuFormula) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int rows = 5, n = 320;
+  std::vector<float> x(rows * n), w(n);
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : w) v = 1.0f + 0.1f * nd(rng);
+  Dev<float> dx(x), dw(w);
+  Dev<uint16_t> dy(size_t(rows) * n);
+  std::vector<int32_t> idx = {4, 0, 2};
+  Dev<int32_t> didx(idx);
+  rmsnorm_rows(dx.p, n, didx.p, 3, n, dw.p, 1e-6f, reinterpret_cast<bf16*>(dy.p), n, nullptr);
+  const std::vector<uint16_t> y = dy.get();
+  for (int r = 0; r < 3; ++r) {
+    const float* xr = x.data() + idx[r] * n;
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(xr[i]) * xr[i];
+    const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; ++i) {
+      const double ref = w[i] * xr[i] * inv;
+      ASSERT_NEAR(bf16_to_f32(y[size_t(r) * n + i]), ref, std::abs(ref) * (1.0 / 128) + 1e-6) << "row " << r << " i " << i;
+    }
+  }
+}
+
+// Attention over a device cache: rows of one slot at positions 0..n-1 (causal) and a row of
+// another slot, against a double reference; a row alone gives the same bits as in the batch.
+TEST(CudaKernels, AttentionMatchesReferenceAndIsBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  const int NH = 4, NKVH = 2, slots = 3, max_tokens = 600;
+  for (int D : {64, 24}) {
+    SCOPED_TRACE("head_dim " + std::to_string(D));
+    CudaKVCache kv(1, NKVH, D, slots, max_tokens);
+    const KVLayerView L = kv.layer(0);
+    std::mt19937 rng(D);
+    const int len = 530;  // more than two 256-key tiles
+    // Fill slot 1 with random K/V for positions [0, len).
+    std::vector<float> kf, vf;
+    std::vector<uint16_t> kb = random_bf16(size_t(NKVH) * max_tokens * D, rng, 1.0f, &kf);
+    std::vector<uint16_t> vb = random_bf16(size_t(NKVH) * max_tokens * D, rng, 1.0f, &vf);
+    DSINFER_CUDA_CHECK(cudaMemcpy(L.k + L.slot_stride, kb.data(), kb.size() * 2, cudaMemcpyHostToDevice));
+    DSINFER_CUDA_CHECK(cudaMemcpy(L.v + L.slot_stride, vb.data(), vb.size() * 2, cudaMemcpyHostToDevice));
+    const std::vector<int32_t> slot = {1, 1, -1, 1}, pos = {0, 300, 0, len - 1};
+    const int T = 4;
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> q(size_t(T) * NH * D);
+    for (auto& v : q) v = nd(rng);
+    Dev<float> dq(q);
+    Dev<int32_t> ds(slot), dp(pos);
+    Dev<uint16_t> out(size_t(T) * NH * D);
+    out.poison();
+    const float scale = 1.0f / std::sqrt(float(D));
+    attention_rows(dq.p, L, ds.p, dp.p, T, NH, NKVH, D, scale, reinterpret_cast<bf16*>(out.p), nullptr);
+    const std::vector<uint16_t> o = out.get();
+    for (int r = 0; r < T; ++r)
+      for (int h = 0; h < NH; ++h) {
+        const uint16_t* orow = o.data() + (size_t(r) * NH + h) * D;
+        if (slot[r] < 0) {
+          for (int d = 0; d < D; ++d) ASSERT_EQ(bf16_to_f32(orow[d]), 0.0f);
+          continue;
+        }
+        const int g = h / (NH / NKVH), n = pos[r] + 1;
+        std::vector<double> sc(n);
+        double mx = -1e300;
+        for (int j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += double(q[(size_t(r) * NH + h) * D + d]) * kf[(size_t(g) * max_tokens + j) * D + d];
+          sc[j] = dot * scale;
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0;
+        for (auto& s : sc) z += (s = std::exp(s - mx));
+        for (int d = 0; d < D; ++d) {
+          double ref = 0;
+          for (int j = 0; j < n; ++j) ref += sc[j] / z * vf[(size_t(g) * max_tokens + j) * D + d];
+          ASSERT_NEAR(bf16_to_f32(orow[d]), ref, std::abs(ref) / 128 + 2e-3) << "row " << r << " head " << h << " d " << d;
+        }
+      }
+    // Row 3 alone: same bits.
+    Dev<float> dq1(std::vector<float>(q.begin() + size_t(3) * NH * D, q.end()));
+    Dev<int32_t> ds1(std::vector<int32_t>{1}), dp1(std::vector<int32_t>{len - 1});
+    Dev<uint16_t> out1(size_t(NH) * D);
+    attention_rows(dq1.p, L, ds1.p, dp1.p, 1, NH, NKVH, D, scale, reinterpret_cast<bf16*>(out1.p), nullptr);
+    const std::vector<uint16_t> o1 = out1.get();
+    ASSERT_EQ(0, std::memcmp(o1.data(), o.data() + size_t(3) * NH * D, size_t(NH) * D * 2));
+  }
+}
+
+TEST(CudaKernels, ArgmaxTakesLowestIndexOnTies) {
+  SKIP_WITHOUT_GPU();
+  const int V = 5000;
+  std::vector<float> l(3 * V, -1.0f);
+  l[0 * V + 4321] = 3.0f;
+  l[1 * V + 17] = 2.0f;
+  l[1 * V + 4000] = 2.0f;  // tie: 17 wins
+  l[2 * V + V - 1] = -0.5f;
+  Dev<float> dl(l);
+  Dev<int32_t> ids(3);
+  argmax_rows(dl.p, 3, V, ids.p, nullptr);
+  EXPECT_EQ(ids.get(), (std::vector<int32_t>{4321, 17, V - 1}));
+}
+
+#else
+TEST(CudaKernels, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without DSINFER_CUDA"; }
+#endif

@@ -1,0 +1,305 @@
+// CUDA backend: the Qwen3 model on the GPU. Conformance with the transformers goldens
+// (tests/data/qwen3, within BF16 tolerance), agreement with the CPU engine on the embedded
+// target, and the determinism contract: a row's logits are bit-identical whether it runs
+// alone or batched with other sequences, as one token or inside a multi-token verify
+// block, and with or without CUDA graphs. Skipped without DSINFER_CUDA or without a GPU.
+#include <gtest/gtest.h>
+
+#ifdef DSINFER_HAS_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cuda_backend.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+using namespace dsinfer;
+
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    const std::string why = cuda_unavailable_reason();                       \
+    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why;             \
+  } while (0)
+
+const std::string kQwen3Dir = std::string(DSINFER_TEST_DATA) + "/qwen3";
+const std::string kEmbedded = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/target";
+
+std::vector<std::string> golden_dirs() {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(kQwen3Dir, ec)) return dirs;
+  for (const auto& e : std::filesystem::directory_iterator(kQwen3Dir))
+    if (std::filesystem::exists(e.path() / "golden.json")) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+int argmax(const float* x, int n) {
+  int b = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[b]) b = i;
+  return b;
+}
+
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+  auto kv = m.make_kv_cache(1, static_cast<int>(prompt.size()) + n + 1);
+  ForwardBatch b;
+  b.entries.push_back({0, prompt, {static_cast<int>(prompt.size()) - 1}});
+  ForwardOutput out;
+  std::vector<int32_t> ids, gen;
+  m.forward_argmax(*kv, b, out, ids);
+  while (static_cast<int>(gen.size()) < n) {
+    gen.push_back(ids.at(0));
+    b.entries[0] = {0, {ids[0]}, {0}};
+    m.forward_argmax(*kv, b, out, ids);
+  }
+  return gen;
+}
+
+}  // namespace
+
+// Logits at every prompt position within BF16 tolerance of transformers (F32): BF16
+// activations into every GEMM and a BF16 KV cache cost about 2^-8 relative per rounding, so
+// the bound is 4e-2 of the row's largest |logit| (the CPU's F32 path is held to 1e-4).
+// Greedy ids are reported (printed), not required: a BF16 engine may flip near-ties.
+TEST(CudaModel, TransformersGoldensWithinBf16Tolerance) {
+  SKIP_WITHOUT_GPU();
+  const auto dirs = golden_dirs();
+  ASSERT_FALSE(dirs.empty());
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    auto model = load_qwen3_cuda(dir);
+    const int V = model->config().vocab_size;
+    const auto golden = nlohmann::json::parse(read_text_file(dir + "/golden.json"));
+    SafetensorsFile ref(dir + "/golden_logits.safetensors");
+    std::map<std::string, const SafetensorsTensor*> by_name;
+    for (const auto& t : ref.header().tensors) by_name[t.name] = &t;
+    double worst_rel = 0;
+    int same = 0, total = 0;
+    for (size_t p = 0; p < golden.at("prompts").size(); ++p) {
+      const auto toks = golden["prompts"][p].get<std::vector<int32_t>>();
+      const int n = static_cast<int>(toks.size());
+      const uint8_t* rb = ref.tensor_data(*by_name.at("logits." + std::to_string(p)));
+      auto kv = model->make_kv_cache(1, n + 1);
+      ForwardBatch b;
+      b.entries.push_back({0, toks, {}});
+      for (int i = 0; i < n; ++i) b.entries[0].logit_rows.push_back(i);
+      ForwardOutput out;
+      model->forward(*kv, b, out);
+      ASSERT_EQ(out.logits.size(), size_t(n) * V);
+      for (int t = 0; t < n; ++t) {
+        double scale = 1.0, worst = 0.0;
+        for (int j = 0; j < V; ++j) scale = std::max(scale, std::abs(double(load_as_f32(rb, DType::F32, int64_t(t) * V + j))));
+        for (int j = 0; j < V; ++j) {
+          const double d = std::abs(double(out.logits[size_t(t) * V + j]) - load_as_f32(rb, DType::F32, int64_t(t) * V + j));
+          ASSERT_FALSE(std::isnan(d));
+          worst = std::max(worst, d);
+        }
+        worst_rel = std::max(worst_rel, worst / scale);
+        EXPECT_LE(worst, 4e-2 * scale) << "prompt " << p << " position " << t;
+      }
+      const auto want = golden["greedy"][p].get<std::vector<int32_t>>();
+      const auto got = greedy(*model, toks, static_cast<int>(want.size()));
+      int k = 0;
+      while (k < static_cast<int>(want.size()) && got[k] == want[k]) ++k;
+      same += k;
+      total += static_cast<int>(want.size());
+    }
+    std::cout << "[cuda golden] " << std::filesystem::path(dir).filename().string() << ": worst |diff|/scale "
+              << worst_rel << ", greedy ids matching before the first difference " << same << "/" << total << "\n";
+  }
+}
+
+// The determinism contract on the GPU: the same sequence decoded (a) alone, one token per
+// forward, (b) batched with two other sequences of other lengths, (c) as one multi-token
+// verify block, (d) without graphs: every logit row bit-identical.
+TEST(CudaModel, BatchInvariantAcrossBatchBlockAndGraphs) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = kQwen3Dir + "/untied_gqa4_hd32";
+  const std::vector<int32_t> a = {5, 17, 99, 3, 42, 7, 250, 11, 64, 300};
+  const std::vector<int32_t> b_prompt = {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20};
+  const std::vector<int32_t> c_prompt = {200, 201};
+  CudaModelOptions with_graphs, no_graphs;
+  no_graphs.use_graphs = false;
+  auto mg = load_qwen3_cuda(dir, with_graphs);
+  auto mn = load_qwen3_cuda(dir, no_graphs);
+  const int V = mg->config().vocab_size;
+  const int prefix = 4;  // a[0..prefix) prefilled, the rest decoded / verified
+
+  // (a) alone, one token per forward; run twice so that the second pass replays graphs.
+  auto alone = [&](Model& m) {
+    auto kv = m.make_kv_cache(1, 64);
+    ForwardOutput out;
+    ForwardBatch pre;
+    pre.entries.push_back({0, std::vector<int32_t>(a.begin(), a.begin() + prefix), {}});
+    m.forward(*kv, pre, out);
+    std::vector<float> rows;
+    for (size_t i = prefix; i < a.size(); ++i) {
+      ForwardBatch d;
+      d.entries.push_back({0, {a[i]}, {0}});
+      m.forward(*kv, d, out);
+      rows.insert(rows.end(), out.logits.begin(), out.logits.end());
+    }
+    return rows;
+  };
+  const std::vector<float> ref = alone(*mn);
+  ASSERT_EQ(ref.size(), (a.size() - prefix) * V);
+  for (int pass = 0; pass < 3; ++pass) EXPECT_EQ(0, std::memcmp(alone(*mg).data(), ref.data(), ref.size() * 4)) << "graphs pass " << pass;
+
+  // (b) batched with b and c (slots 2 and 0; a in slot 1), several passes (graphs).
+  for (Model* m : {mn.get(), mg.get()}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      auto kv = m->make_kv_cache(3, 64);
+      ForwardOutput out;
+      ForwardBatch pre;
+      pre.entries.push_back({2, b_prompt, {}});
+      pre.entries.push_back({1, std::vector<int32_t>(a.begin(), a.begin() + prefix), {}});
+      pre.entries.push_back({0, c_prompt, {1}});
+      m->forward(*kv, pre, out);
+      std::vector<float> rows;
+      for (size_t i = prefix; i < a.size(); ++i) {
+        ForwardBatch d;
+        d.entries.push_back({0, {static_cast<int32_t>(i)}, {0}});
+        d.entries.push_back({1, {a[i]}, {0}});
+        d.entries.push_back({2, {static_cast<int32_t>(2 * i)}, {0}});
+        m->forward(*kv, d, out);
+        rows.insert(rows.end(), out.logits.begin() + V, out.logits.begin() + 2 * V);
+      }
+      EXPECT_EQ(0, std::memcmp(rows.data(), ref.data(), ref.size() * 4)) << "batched, pass " << pass;
+    }
+  }
+
+  // (c) one verify block over a[prefix .. end) after the same prefill: row i of the block
+  // sits at the position of decode step i and must give the same bits.
+  for (Model* m : {mn.get(), mg.get()}) {
+    for (int pass = 0; pass < 2; ++pass) {
+      auto kv = m->make_kv_cache(1, 64);
+      ForwardOutput out;
+      ForwardBatch pre;
+      pre.entries.push_back({0, std::vector<int32_t>(a.begin(), a.begin() + prefix), {}});
+      m->forward(*kv, pre, out);
+      ForwardBatch blk;
+      blk.entries.push_back({0, std::vector<int32_t>(a.begin() + prefix, a.end()), {}});
+      for (size_t i = 0; i + prefix < a.size(); ++i) blk.entries[0].logit_rows.push_back(static_cast<int>(i));
+      m->forward(*kv, blk, out);
+      EXPECT_EQ(0, std::memcmp(out.logits.data(), ref.data(), ref.size() * 4)) << "verify block, pass " << pass;
+    }
+  }
+
+  // forward_argmax returns the argmax of what forward returns.
+  {
+    auto kv = mg->make_kv_cache(1, 64);
+    ForwardBatch pre;
+    pre.entries.push_back({0, a, {0, 3, static_cast<int>(a.size()) - 1}});
+    ForwardOutput out;
+    std::vector<int32_t> ids;
+    mg->forward_argmax(*kv, pre, out, ids);
+    auto kv2 = mn->make_kv_cache(1, 64);
+    mn->forward(*kv2, pre, out);
+    ASSERT_EQ(ids.size(), 3u);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(ids[r], argmax(out.logits.data() + size_t(r) * V, V));
+  }
+}
+
+// Greedy speculation == plain greedy, simulated without a drafter: verify blocks made of
+// the plain-greedy continuation (all accepted) and of wrong guesses (rolled back with
+// truncate) reproduce the plain greedy ids exactly.
+TEST(CudaModel, VerifyBlocksWithRollbackReproducePlainGreedy) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_qwen3_cuda(kQwen3Dir + "/bf16_weights");
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6};
+  const std::vector<int32_t> plain = greedy(*m, prompt, 24);
+  auto kv = m->make_kv_cache(1, 64);
+  ForwardBatch b;
+  b.entries.push_back({0, prompt, {static_cast<int>(prompt.size()) - 1}});
+  ForwardOutput out;
+  std::vector<int32_t> ids, got;
+  m->forward_argmax(*kv, b, out, ids);
+  got.push_back(ids[0]);
+  int round = 0;
+  while (got.size() < plain.size()) {
+    // Drafts: the true continuation for 3 tokens, then a wrong token (every other round).
+    std::vector<int32_t> block = {got.back()};
+    for (size_t k = got.size(); k < std::min(plain.size(), got.size() + 3); ++k) block.push_back(plain[k]);
+    if (round++ % 2) block.push_back((block.back() + 1) % m->config().vocab_size);
+    const int base = kv->length(0);
+    b.entries[0] = {0, block, {}};
+    for (size_t i = 0; i < block.size(); ++i) b.entries[0].logit_rows.push_back(static_cast<int>(i));
+    m->forward_argmax(*kv, b, out, ids);
+    size_t acc = 0;  // accept drafts while they equal the model's argmax
+    while (acc + 1 < block.size() && block[acc + 1] == ids[acc]) ++acc;
+    for (size_t i = 1; i <= acc; ++i) got.push_back(block[i]);
+    got.push_back(ids[acc]);
+    kv->truncate(0, base + static_cast<int>(acc) + 1);
+  }
+  got.resize(plain.size());
+  EXPECT_EQ(got, plain);
+}
+
+// The embedded target on GPU vs CPU: prefill logits close (BF16 tolerance), and the number
+// of greedy ids that agree before the first difference is printed for docs/PERFORMANCE.md.
+TEST(CudaModel, EmbeddedTargetAgreesWithCpu) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(kEmbedded + "/config.json")) GTEST_SKIP() << "no " << kEmbedded;
+  auto gpu = load_qwen3_cuda(kEmbedded);
+  auto cpu = load_model(kEmbedded);
+  const int V = cpu->config().vocab_size;
+  const std::vector<int32_t> prompt = {100, 2000, 31, 4000, 77, 5, 600, 7000, 12, 13};
+  ForwardBatch b;
+  b.entries.push_back({0, prompt, {}});
+  for (size_t i = 0; i < prompt.size(); ++i) b.entries[0].logit_rows.push_back(static_cast<int>(i));
+  ForwardOutput og, oc;
+  auto kg = gpu->make_kv_cache(1, 16);
+  auto kc = cpu->make_kv_cache(1, 16);
+  gpu->forward(*kg, b, og);
+  cpu->forward(*kc, b, oc);
+  ASSERT_EQ(og.logits.size(), oc.logits.size());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    double scale = 1, worst = 0;
+    for (int j = 0; j < V; ++j) scale = std::max(scale, double(std::abs(oc.logits[t * V + j])));
+    for (int j = 0; j < V; ++j) worst = std::max(worst, double(std::abs(og.logits[t * V + j] - oc.logits[t * V + j])));
+    EXPECT_LE(worst, 4e-2 * scale) << "position " << t;
+  }
+  const int n = 64;
+  const auto g = greedy(*gpu, prompt, n), c = greedy(*cpu, prompt, n);
+  int k = 0;
+  while (k < n && g[k] == c[k]) ++k;
+  std::cout << "[cuda embedded] greedy ids agreeing with the CPU before the first difference: " << k << "/" << n << "\n";
+}
+
+TEST(CudaModel, BadInputGivesErrors) {
+  SKIP_WITHOUT_GPU();
+  auto m = load_qwen3_cuda(kQwen3Dir + "/tied_gqa2");
+  auto cpu = load_model(kQwen3Dir + "/tied_gqa2");
+  auto cpu_kv = cpu->make_kv_cache(1, 8);
+  ForwardBatch b;
+  b.entries.push_back({0, {1, 2}, {1}});
+  ForwardOutput out;
+  EXPECT_THROW(m->forward(*cpu_kv, b, out), Error);  // not a device cache
+  auto kv = m->make_kv_cache(1, 4);
+  b.entries[0].tokens = {1, 2, 3, 4, 5};
+  EXPECT_THROW(m->forward(*kv, b, out), Error);  // overflow
+  EXPECT_EQ(kv->length(0), 0);
+  b.entries[0].tokens = {1, 1 << 20};
+  EXPECT_THROW(m->forward(*kv, b, out), Error);  // token id
+  EXPECT_THROW(m->make_kv_cache(1 << 20, 1 << 20), Error);  // over the prealloc budget
+  // max_tokens <= 0: sized from the prealloc ratio of free memory.
+  CudaModelOptions small;
+  small.cache_prealloc_ratio = 0.001;
+  auto m2 = load_qwen3_cuda(kQwen3Dir + "/tied_gqa2", small);
+  auto kv2 = m2->make_kv_cache(2, 0);
+  EXPECT_GE(kv2->max_tokens(), 1);
+}
+
+#else
+TEST(CudaModel, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without DSINFER_CUDA"; }
+#endif
