@@ -126,7 +126,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   if (!file_exists(a.draft_model_path + "/config.json"))
     throw Error("--draft-model-path: " + a.draft_model_path + "/config.json not found (expected a drafter checkpoint directory)");
   DrafterOptions dopts;
-  if (a.window_size > 0) dopts.window_size = a.window_size;
+  if (a.window_size >= 0) dopts.window_size = a.window_size;  // else the drafter's recommended window
   std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);

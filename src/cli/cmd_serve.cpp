@@ -169,7 +169,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics) {
   std::string schedule = a.spec_schedule;
   if (!draft_path.empty()) {
     DrafterOptions dopts;
-    if (a.window_size > 0) dopts.window_size = a.window_size;
+    if (a.window_size >= 0) dopts.window_size = a.window_size;  // else the drafter's recommended window
     L.drafter = load_drafter(draft_path, *L.model, dopts);
     if (!method.empty()) check_drafter_kind(method, L.drafter->info());
     const DrafterInfo& info = L.drafter->info();

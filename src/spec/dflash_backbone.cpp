@@ -72,16 +72,17 @@ void DraftBackbone::ensure_capacity(DraftContext& s, int rows_needed) const {
 }
 
 void DraftBackbone::apply_window(DraftContext& s) const {
-  int w = window_;
-  if (s.window_override_ > 0) w = window_ > 0 ? std::min(window_, s.window_override_) : s.window_override_;
+  const int w = s.window_override_ > 0 ? s.window_override_ : window_;
   s.visible_begin_ = w > 0 ? std::max(s.store_first_, s.length_ - w) : s.store_first_;
-  if (window_ <= 0) return;  // no configured window: every row stays stored
-  // Storage keeps the configured window's rows (a per-sequence window never exceeds it).
-  // Compact once the dead prefix is as large as the window (or 32 rows): each row moves
+  // Rows kept: the configured window's, or a larger per-sequence window's (which fills up
+  // as new positions arrive when rows were already dropped); no configured window keeps all.
+  if (window_ <= 0) return;
+  const int keep_rows = std::max(window_, s.window_override_);
+  // Compact once the dead prefix is as large as the kept window (or 32 rows): each row moves
   // O(1) times on average.
-  const int keep_from = std::max(s.store_first_, s.length_ - window_);
+  const int keep_from = std::max(s.store_first_, s.length_ - keep_rows);
   const int drop = keep_from - s.store_first_;
-  if (drop < std::max(window_, 32)) return;
+  if (drop < std::max(keep_rows, 32)) return;
   const int keep = s.length_ - keep_from;
   for (int l = 0; l < L_; ++l)
     for (auto* buf : {&s.k_[l], &s.v_[l]})

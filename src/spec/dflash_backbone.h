@@ -85,9 +85,10 @@ class DraftBackbone {
   // sequence; each block's bits equal forward_block() on it alone.
   void forward_block_batch(const std::vector<DraftContext*>& seqs, const float* emb, float* out) const;
 
-  // The dynamic window of one sequence: it attends to its last `window` committed positions
-  // (0 = the configured window). A configured window also bounds it (rows beyond it are not
-  // kept); without one every row stays stored, so the window can grow back.
+  // The window of one sequence (dynamic window, hot reload): it attends to its last `window`
+  // committed positions (0 = the configured window). Rows are kept for the larger of the two
+  // windows; rows already dropped do not come back (a grown window fills up as positions
+  // arrive), and without a configured window every row stays stored.
   void set_window(DraftContext& seq, int window) const;
 
  private:

@@ -130,6 +130,14 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
     if (i > 0 && id <= d.target_layer_ids[i - 1]) r.fail(ids_field, ids_str(d.target_layer_ids) + " is not strictly increasing");
   }
 
+  // Our own optional field (other loaders ignore it): the drafter's training context, the
+  // default --dflash-window-size.
+  if (const json* cw = r.find("dsinfer_context_window")) {
+    const int64_t w = r.integer(*cw, "dsinfer_context_window");
+    if (w < 0 || w > (int64_t{1} << 24)) r.fail("dsinfer_context_window", "value " + std::to_string(w) + " out of range [0, 16777216]");
+    d.context_window = static_cast<int>(w);
+  }
+
   // ---- DeepSpec heads ------------------------------------------------------------------------
   if (!zlab) {
     if (const json* mr = r.find("markov_rank")) {
@@ -160,11 +168,13 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
 }
 
 std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target, const DrafterOptions& opts) {
-  if (opts.window_size < 0)
+  if (opts.window_size < -1)
     throw Error("--dflash-window-size: must be >= 0 (0 = unlimited), got " + std::to_string(opts.window_size));
   DraftConfig cfg = parse_draft_config(draft_dir, target.config());
-  if (cfg.dialect == DraftDialect::ZLab) return std::make_unique<ZlabDFlashDrafter>(cfg, target, opts);
-  return std::make_unique<DeepSpecDrafter>(cfg, target.config(), opts);
+  DrafterOptions o = opts;
+  if (o.window_size < 0) o.window_size = cfg.context_window;
+  if (cfg.dialect == DraftDialect::ZLab) return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
+  return std::make_unique<DeepSpecDrafter>(cfg, target.config(), o);
 }
 
 }  // namespace dsinfer

@@ -24,7 +24,10 @@ struct DrafterOptions {
   // Draft context sliding window: keep only the last window_size committed context
   // positions in the draft KV cache (RoPE positions stay absolute). 0 = unlimited.
   // CLI: --dflash-window-size.
-  int window_size = 0;
+  // -1 (default): the checkpoint's own recommendation, config.json field
+  // "dsinfer_context_window" (the context length the drafter was trained on: longer contexts
+  // are out of its distribution), else unlimited.
+  int window_size = -1;
   // Weight storage, as LoadOptions::weight_dtype ("auto", "f32", "bf16").
   std::string weight_dtype = "auto";
 };
@@ -42,6 +45,7 @@ struct DraftConfig {
   std::string markov_head;   // "", "vanilla", "gated", "rnn"
   bool confidence_head = false;
   int confidence_with_markov = -1;  // -1: not stated (inferred from the tensor shape), 0/1
+  int context_window = 0;    // "dsinfer_context_window" (0: none stated)
 };
 
 // Parses and validates DIR/config.json against the target's config (no tensors read).
