@@ -353,7 +353,8 @@ Runner register_generate(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   sub->add_option("--dflash-window-size", a->window_size,
                   "Drafter context window: committed positions of target context the drafter attends to "
-                  "(0 = all; e.g. 2048)")
+                  "(0 = all; default: the drafter's config field dsinfer_context_window, its training "
+                  "context, else all)")
       ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--dflash-validation-threshold", a->validation_threshold,
                   "Verify only drafts whose calibrated prefix survival probability stays >= this (0 = off)")
