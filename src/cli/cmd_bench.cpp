@@ -27,7 +27,7 @@ struct BenchArgs {
   int num_prompts = 0, max_tokens = 0, warmup = 0;
   double duration = 0, request_rate = 0, temperature = -1, timeout = 600;
   uint64_t seed = 1;
-  bool ignore_eos = false, no_progress = false;
+  bool ignore_eos = false, no_progress = false, concurrency_given = false;
   // --compare
   bool compare = false;
   std::string model_path, draft_model_path, dflash_model_path, modes = "plain,dflash,dflash+dspark";
@@ -81,8 +81,12 @@ int run_bench_cmd(const BenchArgs& a) {
   o.workload = !a.dataset.empty() ? load_dataset(a.dataset) : make_preset(a.preset.empty() ? "chat" : a.preset, find_eval_dir(a.data_dir));
   o.concurrency = parse_int_list(a.concurrency, "--concurrency");
   o.request_rate = a.request_rate;
-  if (a.request_rate > 0 && o.concurrency.size() > 1)
-    throw Error("--request-rate: runs one open-loop level; give at most one --concurrency value (the in-flight cap)");
+  if (a.request_rate > 0) {
+    // Open loop: --concurrency, when given, is one value: the cap on requests in flight.
+    if (!a.concurrency_given) o.concurrency.clear();
+    else if (o.concurrency.size() > 1)
+      throw Error("--request-rate: runs one open-loop level; give at most one --concurrency value (the in-flight cap)");
+  }
   o.num_prompts = a.num_prompts;
   o.duration_s = a.duration;
   o.seed = a.seed;
@@ -173,7 +177,8 @@ Runner register_bench(CLI::App& app) {
   sub->add_option("--preset", a->preset, "Built-in workload: chat (default), summarize (~1280 in / 512 out), code")
       ->check(CLI::IsMember({"chat", "summarize", "code"}));
   sub->add_option("--data-dir", a->data_dir, "Held-out data of the presets (default: models/eval next to the binary)");
-  sub->add_option("--concurrency", a->concurrency, "Closed-loop levels, e.g. 1,4,16,64,128 (open loop: the in-flight cap)");
+  CLI::Option* concurrency = sub->add_option("--concurrency", a->concurrency,
+                                              "Closed-loop levels, e.g. 1,4,16,64,128 (open loop: the in-flight cap)");
   sub->add_option("--num-prompts", a->num_prompts, "Requests per level (default max(8, 2 x concurrency); 64 open loop)")
       ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--duration", a->duration, "Seconds per level (stops sending after it)")->check(CLI::Range(0.0, 86400.0));
@@ -204,7 +209,8 @@ Runner register_bench(CLI::App& app) {
       ->allow_extra_args(false);
   sub->add_option("--ready-timeout", a->ready_timeout, "--compare: seconds a server may take to load")
       ->check(CLI::Range(1.0, 86400.0));
-  return [a] {
+  return [a, concurrency] {
+    a->concurrency_given = concurrency->count() > 0;
     a->command_line = own_command_line();
     return run_bench_cmd(*a);
   };

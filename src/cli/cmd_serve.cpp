@@ -57,6 +57,7 @@ struct ServeArgs {
   int window_size = -1;
   std::string admission_policy = "fcfs";
   bool async_prefetch = false;
+  double synthetic_acceptance = -1.0;  // refused: a benchmark mode whose output is not the target's
   std::string matmul_precision = "auto";
   int threads = 0;
   int max_running = 16, max_model_len = 0, max_batch_tokens = 0;
@@ -270,6 +271,9 @@ int run_serve(const ServeArgs& a) {
   (void)parse_scheduler_policy(a.admission_policy);  // Error naming the flag before anything loads
   if (a.async_prefetch)
     throw Error("--dflash-enable-async-prefetch: asynchronous drafting is not implemented by the engine");
+  if (a.synthetic_acceptance >= 0)
+    throw Error("--synthetic-acceptance-rate: a benchmark mode of bench-engine (drafts accepted at random, output "
+                "not the target's); a server never serves it");
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   apply_matmul_precision(a.matmul_precision);
 
@@ -399,6 +403,7 @@ Runner register_serve(CLI::App& app) {
                   "Fall back to plain decoding after this many rounds without an accepted draft (0 = off)")
       ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--dflash-enable-async-prefetch", a->async_prefetch, "Not implemented: rejected");
+  sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance, "Benchmark-only mode of bench-engine: rejected");
   add_matmul_precision_option(sub, &a->matmul_precision);
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   sub->add_option("--max-running", a->max_running, "Requests decoding at once (KV slots)")->check(CLI::Range(1, 4096));

@@ -111,7 +111,7 @@ int run_tune_cmd(const TuneArgs& a) {
   if (!a.windows.empty()) o.grid.window_sizes = parse_ints0(a.windows, "--window-sizes");
   if (!a.thresholds.empty()) o.grid.thresholds = parse_doubles(a.thresholds, "--thresholds");
   if (!a.depths.empty()) o.grid.reuse_depths = parse_int_list(a.depths, "--reuse-depths");
-  if (!a.policies.empty()) o.grid.schedule_policies = parse_names(a.policies, "--schedule-policies", {"fixed", "threshold", "dspark"});
+  if (!a.policies.empty()) o.grid.schedule_policies = parse_names(a.policies, "--schedule-policies", {"fixed", "threshold", "dspark", "dspark-async"});
   if (!a.admissions.empty())
     o.grid.admission_policies = parse_names(a.admissions, "--admission-policies", {"fcfs", "hit-rate", "latency-aware", "hybrid"});
   if (!a.shards.empty()) o.grid.shard_counts = parse_int_list(a.shards, "--shard-counts");
@@ -159,11 +159,11 @@ Runner register_tune(CLI::App& app) {
       ->check(CLI::Range(1, 4096));
   sub->add_option("--max-requests", a->max_requests, "Requests per trial (the first N of the log)")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--max-tokens", a->max_tokens, "Overrides the log's max_tokens")->check(CLI::Range(1, 1 << 24));
-  sub->add_option("--window-sizes", a->windows, "Grid: drafter windows (restart), e.g. 0,512");
+  sub->add_option("--window-sizes", a->windows, "Grid: drafter windows (a running server can only shrink its window), e.g. 128,256");
   sub->add_option("--thresholds", a->thresholds, "Grid: validation thresholds of the threshold policy, e.g. 0.5,0.75");
   sub->add_option("--reuse-depths", a->depths, "Grid: max reuse depths, e.g. 2,4");
-  sub->add_option("--schedule-policies", a->policies, "Grid: fixed,threshold,dspark");
-  sub->add_option("--admission-policies", a->admissions, "Grid (restart): fcfs,hit-rate,latency-aware,hybrid");
+  sub->add_option("--schedule-policies", a->policies, "Grid: fixed,threshold,dspark (also dspark-async)");
+  sub->add_option("--admission-policies", a->admissions, "Grid: fcfs,hit-rate,latency-aware,hybrid");
   sub->add_option("--shard-counts", a->shards, "Grid (restart): KV pool shard counts, e.g. 1,8");
   sub->add_flag("--full-grid", a->full_grid, "Every combination instead of one parameter at a time");
   sub->add_option("--api-key", a->api_key, "Sent as Authorization: Bearer KEY");

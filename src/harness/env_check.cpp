@@ -119,28 +119,43 @@ SystemInfo probe_system(bool built_with_cuda) {
     return s;
   }
   s.nvidia_smi = true;
+  s.gpus = parse_gpu_csv(csv);
+  s.cuda_version = parse_cuda_version(run_capture("nvidia-smi", ok));
+  if (s.gpus.empty()) s.gpu_note = "nvidia-smi lists no GPU";
+  return s;
+}
+
+std::vector<GpuInfo> parse_gpu_csv(const std::string& csv) {
+  std::vector<GpuInfo> out;
   std::istringstream lines(csv);
   std::string line;
   while (std::getline(lines, line)) {
     if (trim(line).empty()) continue;
-    std::vector<std::string> f5;
+    std::vector<std::string> f;
     std::istringstream cells(line);
     std::string c;
-    while (std::getline(cells, c, ',')) f5.push_back(trim(c));
-    if (f5.size() < 5) continue;
+    while (std::getline(cells, c, ',')) f.push_back(trim(c));
+    if (f.size() < 5) continue;
+    // A name with commas: the last four fields are the numbers and the driver.
     GpuInfo g;
-    g.name = f5[0];
-    g.compute_capability = f5[1];
-    g.memory_total_mib = std::atof(f5[2].c_str());
-    g.memory_free_mib = std::atof(f5[3].c_str());
-    g.driver = f5[4];
-    s.gpus.push_back(g);
+    for (size_t i = 0; i + 4 < f.size(); ++i) g.name += (i ? "," : "") + f[i];
+    const size_t k = f.size() - 4;
+    g.compute_capability = f[k];
+    g.memory_total_mib = std::atof(f[k + 1].c_str());
+    g.memory_free_mib = std::atof(f[k + 2].c_str());
+    g.driver = f[k + 3];
+    out.push_back(g);
   }
-  const std::string head = run_capture("nvidia-smi", ok);
-  const size_t p = head.find("CUDA Version:");
-  if (p != std::string::npos) s.cuda_version = trim(head.substr(p + 13, head.find_first_of(" |\n", p + 14) - p - 13));
-  if (s.gpus.empty()) s.gpu_note = "nvidia-smi lists no GPU";
-  return s;
+  return out;
+}
+
+std::string parse_cuda_version(const std::string& banner) {
+  const size_t p = banner.find("CUDA Version:");
+  if (p == std::string::npos) return "";
+  const size_t start = banner.find_first_not_of(' ', p + 13);
+  if (start == std::string::npos) return "";
+  const size_t end = banner.find_first_of(" |\n", start);
+  return banner.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
 ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, const SystemInfo& sys, double prealloc_ratio) {
@@ -196,7 +211,10 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
                        : (dc.markov_rank > 0 || dc.confidence_head) ? "dspark"
                                                                      : "dflash (DeepSpec)";
       m.calibration = file_exists(d + "/calibration.json");
+      // `serve` refuses a calibration.json made for other weights: so does this check.
+      if (m.calibration) load_calibration(d);
     } catch (const Error& e) {
+      m.drafter_compatible = false;
       m.drafter_error = e.what();
     }
     break;

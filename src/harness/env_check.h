@@ -36,6 +36,12 @@ struct SystemInfo {
 
 SystemInfo probe_system(bool built_with_cuda);
 
+// nvidia-smi --query-gpu=name,compute_cap,memory.total,memory.free,driver_version
+// --format=csv,noheader,nounits output -> GPUs; `banner` (plain nvidia-smi output) -> the
+// "CUDA Version: X" field ("" when absent). Exposed for tests.
+std::vector<GpuInfo> parse_gpu_csv(const std::string& csv);
+std::string parse_cuda_version(const std::string& banner);
+
 struct ModelCheck {
   std::string dir;
   bool config_ok = false, architecture_supported = false, weights_found = false;

@@ -28,6 +28,10 @@ std::string num_str(double v) {
   return buf;
 }
 
+// The settings POST /api/v1/config/dflash changes that tune explores.
+constexpr const char* kRuntimeKeys[] = {"schedule_policy", "validation_threshold", "max_reuse_depth", "window_size",
+                                        "admission_policy"};
+
 bool same(const json& a, const json& b) {
   if (a.is_number() && b.is_number()) return std::fabs(a.get<double>() - b.get<double>()) < 1e-6;
   return a == b;
@@ -49,9 +53,7 @@ std::string TuneConfig::label() const {
 
 std::vector<std::string> TuneConfig::restart_flags() const {
   std::vector<std::string> f;
-  if (window_size >= 0) f.insert(f.end(), {"--dflash-window-size", std::to_string(window_size)});
   if (shard_count >= 0) f.insert(f.end(), {"--dspark-shard-count", std::to_string(shard_count)});
-  if (!admission_policy.empty()) f.insert(f.end(), {"--dspark-scheduler-policy", admission_policy});
   return f;
 }
 
@@ -60,6 +62,8 @@ json TuneConfig::runtime_patch() const {
   if (!schedule_policy.empty()) p["schedule_policy"] = schedule_policy;
   if (validation_threshold >= 0) p["validation_threshold"] = validation_threshold;
   if (max_reuse_depth >= 0) p["max_reuse_depth"] = max_reuse_depth;
+  if (window_size >= 0) p["window_size"] = window_size;
+  if (!admission_policy.empty()) p["admission_policy"] = admission_policy;
   return p;
 }
 
@@ -68,6 +72,8 @@ std::vector<std::string> TuneConfig::serve_flags() const {
   if (!schedule_policy.empty()) f.insert(f.end(), {"--spec-schedule", schedule_policy});
   if (validation_threshold > 0) f.insert(f.end(), {"--dflash-validation-threshold", num_str(validation_threshold)});
   if (max_reuse_depth >= 0) f.insert(f.end(), {"--dflash-max-reuse-depth", std::to_string(max_reuse_depth)});
+  if (window_size >= 0) f.insert(f.end(), {"--dflash-window-size", std::to_string(window_size)});
+  if (!admission_policy.empty()) f.insert(f.end(), {"--dspark-scheduler-policy", admission_policy});
   const std::vector<std::string> r = restart_flags();
   f.insert(f.end(), r.begin(), r.end());
   return f;
@@ -91,28 +97,28 @@ std::vector<TuneConfig> plan_grid(const TuneGrid& g, bool restart_allowed) {
       runtime.push_back(c);
     }
   }
+  // Values equal to serve's defaults (fcfs, 8 shards) are the baseline. The default window
+  // depends on the drafter, so a window equal to it is found at run time (empty patch).
+  std::vector<TuneConfig> runtime_other;
+  for (int w : g.window_sizes) {
+    TuneConfig c;
+    c.window_size = w;
+    runtime_other.push_back(c);
+  }
+  for (const std::string& a : g.admission_policies)
+    if (a != "fcfs") {
+      TuneConfig c;
+      c.admission_policy = a;
+      runtime_other.push_back(c);
+    }
   std::vector<TuneConfig> restart;
-  if (restart_allowed) {
-    // Values equal to the server's defaults (window 0, 8 shards, fcfs) are the baseline.
-    for (int w : g.window_sizes)
-      if (w != 0) {
-        TuneConfig c;
-        c.window_size = w;
-        restart.push_back(c);
-      }
+  if (restart_allowed)
     for (int s : g.shard_counts)
       if (s != 8) {
         TuneConfig c;
         c.shard_count = s;
         restart.push_back(c);
       }
-    for (const std::string& a : g.admission_policies)
-      if (a != "fcfs") {
-        TuneConfig c;
-        c.admission_policy = a;
-        restart.push_back(c);
-      }
-  }
   if (!g.full) {
     out.push_back(TuneConfig{});  // baseline
     for (const TuneConfig& c : runtime) out.push_back(c);
@@ -121,6 +127,7 @@ std::vector<TuneConfig> plan_grid(const TuneGrid& g, bool restart_allowed) {
       c.max_reuse_depth = d;
       out.push_back(c);
     }
+    for (const TuneConfig& c : runtime_other) out.push_back(c);
     for (const TuneConfig& c : restart) out.push_back(c);
     return out;
   }
@@ -136,14 +143,12 @@ std::vector<TuneConfig> plan_grid(const TuneGrid& g, bool restart_allowed) {
     }
   std::vector<int> windows = {-1}, shards = {-1};
   std::vector<std::string> admissions = {""};
-  if (restart_allowed) {
-    for (int w : g.window_sizes)
-      if (w != 0) windows.push_back(w);
+  for (int w : g.window_sizes) windows.push_back(w);
+  for (const std::string& a : g.admission_policies)
+    if (a != "fcfs") admissions.push_back(a);
+  if (restart_allowed)
     for (int s : g.shard_counts)
       if (s != 8) shards.push_back(s);
-    for (const std::string& a : g.admission_policies)
-      if (a != "fcfs") admissions.push_back(a);
-  }
   for (int w : windows)
     for (int s : shards)
       for (const std::string& a : admissions)
@@ -261,13 +266,20 @@ TuneReport run_tune(const TuneOptions& o) {
       ConfigResult& cr = results[i];
       // Apply the runtime settings that differ from what is in force.
       json desired = json::object();
-      for (const char* k : {"schedule_policy", "validation_threshold", "max_reuse_depth"})
+      for (const char* k : kRuntimeKeys)
         if (initial.contains(k)) desired[k] = initial[k];
       const json wanted = cr.config.runtime_patch();  // named: items() must not outlive it
       for (const auto& [k, v] : wanted.items()) desired[k] = v;
       json patch = json::object();
       for (const auto& [k, v] : desired.items())
         if (!current.contains(k) || !same(current[k], v)) patch[k] = v;
+      bool is_baseline_setting = !wanted.empty() && g.ok();
+      for (const auto& [k, v] : wanted.items())
+        if (!initial.contains(k) || !same(initial[k], v)) is_baseline_setting = false;
+      if (is_baseline_setting) {
+        cr.status = "same as baseline (the server's own setting)";
+        continue;
+      }
       if (!patch.empty()) {
         if (!g.ok()) {
           cr.status = "refused: the server has no /api/v1/config/dflash (" + describe_failure(url, "GET", "/api/v1/config/dflash", g) + ")";
@@ -329,7 +341,7 @@ TuneReport run_tune(const TuneOptions& o) {
     // A server we do not own gets its settings back.
     if (!srv && g.ok()) {
       json restore = json::object();
-      for (const char* k : {"schedule_policy", "validation_threshold", "max_reuse_depth"})
+      for (const char* k : kRuntimeKeys)
         if (initial.contains(k) && current.contains(k) && !same(current[k], initial[k])) restore[k] = initial[k];
       if (!restore.empty()) {
         const HttpResponse p = http_post_json(url, "/api/v1/config/dflash", restore.dump(), http);

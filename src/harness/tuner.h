@@ -6,9 +6,9 @@
 // Workload; the grid (flags or defaults) --plan_grid--> configurations, one-at-a-time around
 // the baseline (each parameter varied alone; the full product with --full-grid), grouped so
 // that configurations needing the same server run together. Runtime-changeable settings
-// (validation threshold, max reuse depth, schedule policy) are applied with POST
-// /api/v1/config/dflash; restart-only ones (window size, shard count, admission policy)
-// need our own server (--model-path), restarted per group. Each configuration: `trials`
+// (validation threshold, max reuse depth, schedule policy, drafter window, admission
+// policy) are applied with POST /api/v1/config/dflash; the restart-only one (shard count)
+// needs our own server (--model-path), restarted per group. Each configuration: `trials`
 // closed-loop replays of the log --> pooled request latencies (bootstrap CI of P50 and P99)
 // and per-trial output tokens/s (bootstrap CI of the mean) --> ranking by --objective.
 // A server that refuses a setting (HTTP 400, or a serve flag it rejects) marks that
@@ -26,11 +26,11 @@ namespace dsinfer::harness {
 
 // One grid point; a negative number / empty string = the server's default (not passed).
 struct TuneConfig {
-  int window_size = -1;               // restart
+  int window_size = -1;               // runtime
   double validation_threshold = -1;   // runtime
   int max_reuse_depth = -1;           // runtime
   std::string schedule_policy;        // runtime
-  std::string admission_policy;       // restart
+  std::string admission_policy;       // runtime
   int shard_count = -1;               // restart
 
   std::string label() const;
@@ -43,7 +43,7 @@ struct TuneConfig {
 };
 
 struct TuneGrid {
-  std::vector<int> window_sizes = {0, 512};
+  std::vector<int> window_sizes = {128, 256};  // a running server can shrink its drafter window, not grow it
   std::vector<double> thresholds = {0.5, 0.75};
   std::vector<int> reuse_depths = {2, 4};  // the drafter's full block is the baseline
   std::vector<std::string> schedule_policies = {"fixed", "threshold", "dspark"};

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <random>
 
+#include "cli_helpers.h"
 #include "core/error.h"
 #include "engine/llm_engine.h"
 #include "engine/spec_health.h"
@@ -217,6 +218,22 @@ TEST(SpecHealth, EngineFallsBackWhenNothingIsAccepted) {
   EXPECT_GE(on.stats.self_heal_fallbacks, 4u);  // every request collapsed at least once
   EXPECT_LT(on.stats.drafted_tokens * 2, off.stats.drafted_tokens);  // most steps did not draft
   EXPECT_EQ(on.stats.generated_tokens, off.stats.generated_tokens);  // and every request finished
+}
+
+
+TEST(SpecHealth, ServerRefusesSyntheticAcceptanceAndBenchEngineLabelsIt) {
+  const auto r = dsinfer_test::run_dsinfer({"serve", "--synthetic-acceptance-rate", "0.5"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--synthetic-acceptance-rate"), std::string::npos) << r.err;
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+  if (!std::filesystem::exists(root + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped drafter";
+  const auto b = dsinfer_test::run_dsinfer({"bench-engine", "--model-path", root + "/target", "--draft-model-path",
+                                             root + "/dspark", "--prompts", std::string(DSINFER_SOURCE_DIR) + "/models/eval/heldout_code.jsonl",
+                                             "--concurrency", "2", "--policies", "fixed", "--max-tokens", "8",
+                                             "--prompt-tokens", "32", "--rounds-per-slot", "1", "--threads", "1",
+                                             "--synthetic-acceptance-rate", "0.5"});
+  EXPECT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.out.find("SYNTHETIC ACCEPTANCE"), std::string::npos) << b.out;
 }
 
 }  // namespace

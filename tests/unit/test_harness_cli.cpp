@@ -177,14 +177,16 @@ TEST(HarnessCli, BenchCacheStatsAndTuneAgainstOurServer) {
     EXPECT_GE(json::parse(dsinfer_test::slurp(dir + "/timed.json"))["levels"][0]["completed"].get<int>(), 1);
 
     // Tune against this running server: runtime settings only, through POST /api/v1/config/dflash.
+    const auto before = dsinfer::harness::http_get(dsinfer::harness::parse_base_url(url), "/api/v1/config/dflash");
+    ASSERT_EQ(before.status, 200);
     std::ofstream(dir + "/small.jsonl") << "{\"prompt\": \"int main(void) {\", \"max_tokens\": 4}\n"
                                         << "{\"prompt\": \"def f(x):\", \"max_tokens\": 4}\n";
     r = run_dsinfer({"tune", "--requests", dir + "/small.jsonl", "--url", url, "--budget", "0.5", "--trials", "2",
-                     "--schedule-policies", "fixed,dspark", "--reuse-depths", "2", "--out-dir", dir + "/tune-url",
-                     "--no-progress"});
+                     "--schedule-policies", "fixed,dspark", "--reuse-depths", "2", "--window-sizes", "256",
+                     "--admission-policies", "hybrid", "--out-dir", dir + "/tune-url", "--no-progress"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const json tu = json::parse(dsinfer_test::slurp(dir + "/tune-url/tune.json"));
-    EXPECT_EQ(tu["results"].size(), 4u);  // baseline, fixed, dspark, depth 2
+    EXPECT_EQ(tu["results"].size(), 6u);  // baseline, fixed, dspark, depth 2, window 256, hybrid
     for (const json& c : tu["results"]) {
       EXPECT_EQ(c["status"], "ok") << c.dump();
       EXPECT_EQ(c["serve_flags"].size() % 2, 0u);
@@ -192,7 +194,7 @@ TEST(HarnessCli, BenchCacheStatsAndTuneAgainstOurServer) {
     // The server's settings are back to what they were.
     const auto cfg = dsinfer::harness::http_get(dsinfer::harness::parse_base_url(url), "/api/v1/config/dflash");
     ASSERT_EQ(cfg.status, 200);
-    EXPECT_EQ(json::parse(cfg.body)["schedule_policy"], "dspark") << cfg.body;
+    EXPECT_EQ(json::parse(cfg.body), json::parse(before.body));
 
     r = run_dsinfer({"cache-stats", "--url", url});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -214,7 +216,7 @@ TEST(HarnessCli, BenchCacheStatsAndTuneAgainstOurServer) {
   // grid plus one restart group; nothing may start after the budget.
   auto r = run_dsinfer({"tune", "--requests", log, "--budget", "0.75", "--trials", "1", "--max-requests", "3",
                         "--max-tokens", "8", "--objective", "throughput", "--reuse-depths", "2", "--thresholds", "0.5",
-                        "--window-sizes", "0", "--admission-policies", "fcfs", "--shard-counts", "2",
+                        "--window-sizes", "128", "--admission-policies", "fcfs", "--shard-counts", "2",
                         "--serve-arg=--max-running=2", "--out-dir", dir + "/tune", "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const json tj = json::parse(dsinfer_test::slurp(dir + "/tune/tune.json"));

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "harness/cache_report.h"
+#include "harness/env_check.h"
 #include "harness/http_client.h"
 #include "harness/prometheus.h"
 #include "harness/report.h"
@@ -307,12 +308,13 @@ TEST(HarnessReport, SvgPointsStayInsideThePlot) {
 TEST(HarnessTune, GridPlansAndCommandFlags) {
   TuneGrid g;
   const std::vector<TuneConfig> url_only = plan_grid(g, false);
-  // baseline + fixed + threshold x 2 + dspark + 2 depths
-  EXPECT_EQ(url_only.size(), 7u);
+  // baseline + fixed + threshold x 2 + dspark + 2 depths + windows 128, 256 + admission x 3
+  // (fcfs is serve's default: the baseline)
+  EXPECT_EQ(url_only.size(), 12u);
   for (const TuneConfig& c : url_only) EXPECT_TRUE(c.restart_flags().empty());
   const std::vector<TuneConfig> all = plan_grid(g, true);
-  // + window 512, shards 1, admission x 3 (defaults are the baseline)
-  EXPECT_EQ(all.size(), 12u);
+  EXPECT_EQ(all.size(), 13u);  // + shards 1 (restart only; 8 is serve's default)
+  EXPECT_EQ(all.back().restart_flags(), (std::vector<std::string>{"--dspark-shard-count", "1"}));
   TuneConfig c;
   c.schedule_policy = "threshold";
   c.validation_threshold = 0.75;
@@ -324,5 +326,22 @@ TEST(HarnessTune, GridPlansAndCommandFlags) {
   EXPECT_EQ(f, want);
   EXPECT_EQ(c.runtime_patch(), (json{{"schedule_policy", "threshold"}, {"validation_threshold", 0.75}, {"max_reuse_depth", 4}}));
   g.full = true;
-  EXPECT_EQ(plan_grid(g, false).size(), 4u * 3u);  // 4 policy points x (default + 2 depths)
+  g.window_sizes = {};
+  g.admission_policies = {"fcfs", "hybrid"};
+  EXPECT_EQ(plan_grid(g, false).size(), 4u * 3u * 2u);  // 4 policy points x (default + 2 depths) x 2 admissions
+}
+
+TEST(HarnessEnv, NvidiaSmiOutput) {
+  const auto gpus = parse_gpu_csv("NVIDIA H200, 9.0, 143771, 143160, 570.133.20\n"
+                                  "NVIDIA A100-SXM4-80GB, 8.0, 81920, 100, 535.54.03\n\n");
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus[0].name, "NVIDIA H200");
+  EXPECT_EQ(gpus[0].compute_capability, "9.0");
+  EXPECT_DOUBLE_EQ(gpus[0].memory_total_mib, 143771);
+  EXPECT_DOUBLE_EQ(gpus[0].memory_free_mib, 143160);
+  EXPECT_EQ(gpus[0].driver, "570.133.20");
+  EXPECT_EQ(gpus[1].compute_capability, "8.0");
+  EXPECT_TRUE(parse_gpu_csv("garbage\n").empty());
+  EXPECT_EQ(parse_cuda_version("| NVIDIA-SMI 570.133.20   Driver Version: 570.133.20   CUDA Version: 12.8     |\n"), "12.8");
+  EXPECT_EQ(parse_cuda_version("no banner"), "");
 }
