@@ -187,10 +187,15 @@ TEST(HarnessCli, BenchCacheStatsAndTuneAgainstOurServer) {
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const json tu = json::parse(dsinfer_test::slurp(dir + "/tune-url/tune.json"));
     EXPECT_EQ(tu["results"].size(), 6u);  // baseline, fixed, dspark, depth 2, window 256, hybrid
+    int ok = 0;
     for (const json& c : tu["results"]) {
-      EXPECT_EQ(c["status"], "ok") << c.dump();
+      // dspark is this server's own schedule: measured once, as the baseline.
+      const std::string st = c["status"];
+      EXPECT_TRUE(st == "ok" || st.rfind("same as baseline", 0) == 0) << c.dump();
+      ok += st == "ok";
       EXPECT_EQ(c["serve_flags"].size() % 2, 0u);
     }
+    EXPECT_GE(ok, 5);
     // The server's settings are back to what they were.
     const auto cfg = dsinfer::harness::http_get(dsinfer::harness::parse_base_url(url), "/api/v1/config/dflash");
     ASSERT_EQ(cfg.status, 200);
