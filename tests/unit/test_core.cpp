@@ -41,8 +41,11 @@ TEST(Core, F16Conversions) {
 TEST(Core, DtypeNames) {
   EXPECT_EQ(dtype_from_safetensors("BF16", "t"), DType::BF16);
   EXPECT_EQ(dtype_size(DType::F16), 2u);
+  EXPECT_EQ(dtype_from_safetensors("F8_E4M3", "t"), DType::F8E4M3);  // FP8 codes (V4 weights)
+  EXPECT_EQ(dtype_size(DType::F8E8M0), 1u);
+  EXPECT_STREQ(dtype_name(DType::F8E4M3), "F8_E4M3");
   try {
-    dtype_from_safetensors("F8_E4M3", "model.safetensors: tensor 'w'");
+    dtype_from_safetensors("F8_E5M2", "model.safetensors: tensor 'w'");
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("tensor 'w'"), std::string::npos);

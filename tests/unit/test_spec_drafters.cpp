@@ -578,8 +578,10 @@ TEST(SpecDrafters, NegativeWindowRefused) {
   write_draft(d.path, DraftSpec{});
   auto target = load_model(t.path);
   DrafterOptions o;
-  o.window_size = -1;
+  o.window_size = -2;  // -1 is "the checkpoint's recommended window"
   EXPECT_THROW(load_drafter(d.path, *target, o), Error);
+  o.window_size = -1;
+  EXPECT_NO_THROW(load_drafter(d.path, *target, o));
 }
 
 // ---- sampling -------------------------------------------------------------------------------
