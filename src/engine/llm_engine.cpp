@@ -865,6 +865,8 @@ void LLMEngine::stop() {
   if (loop_.joinable()) loop_.join();
 }
 
+std::vector<CachedPrefix> LLMEngine::largest_cached_prefixes(int k) const { return pool_->largest_cached_prefixes(k); }
+
 std::string LLMEngine::check_kv_invariants() {
   std::lock_guard<std::mutex> step_lock(step_mu_);
   std::vector<const BlockTable*> tables;

@@ -206,6 +206,9 @@ class LLMEngine {
   // BlockPool::check_invariants over every request's block table ("" when all hold): for
   // tests and debugging (takes the step lock).
   std::string check_kv_invariants();
+  // The k longest prefixes held by the prefix cache (BlockPool::largest_cached_prefixes;
+  // safe from any thread: it takes every shard lock), for /api/v1/cache/stats.
+  std::vector<CachedPrefix> largest_cached_prefixes(int k) const;
 
   // The speculation settings in force (or queued), and a change for the next step.
   // set_runtime_config throws Error naming the field (and changes nothing) when invalid.

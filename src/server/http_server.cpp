@@ -161,7 +161,22 @@ void HttpServer::install_routes() {
     res.set_content(metrics_.render(backend_.engine->stats(), opts_.limits.model_id), "text/plain; version=0.0.4");
   });
   s.Get("/api/v1/cache/stats", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, metrics_.cache_stats_json(backend_.engine->stats()));
+    nlohmann::json j = metrics_.cache_stats_json(backend_.engine->stats());
+    // The longest prefixes the cache holds, with the start of their text (dsinfer cache-stats).
+    nlohmann::json prefixes = nlohmann::json::array();
+    const int bs = j.value("block_size", 0);
+    for (const CachedPrefix& p : backend_.engine->largest_cached_prefixes(8)) {
+      nlohmann::json e = {{"tokens", p.tokens}, {"blocks", bs > 0 ? p.tokens / bs : 0}, {"in_use", p.in_use}};
+      if (backend_.tokenizer) {
+        try {
+          e["text"] = backend_.tokenizer->decode(p.head_tokens, false);
+        } catch (const Error&) {
+        }
+      }
+      prefixes.push_back(std::move(e));
+    }
+    j["largest_cached_prefixes"] = std::move(prefixes);
+    send_json(res, j);
   });
   s.Get("/api/v1/config/dflash", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -205,6 +205,8 @@ TEST(HarnessCli, BenchCacheStatsAndTuneAgainstOurServer) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("KV pool:"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("Fragmentation:"), std::string::npos);
+    // The bench requests above left their prompts' full blocks in the prefix cache.
+    EXPECT_NE(r.out.find("Largest cached prefixes:\n  1. "), std::string::npos) << r.out;
 
     // A dataset line the server refuses (prompt ids outside the vocabulary): counted as an
     // http_4xx failure, exit 1, reports still written.
