@@ -64,6 +64,10 @@ struct BenchEngineArgs {
   // Speculation health and the benchmark-only synthetic acceptance.
   int dsw_min = 0, dsw_max = 0, self_heal_rounds = 5;
   double synthetic_acceptance = -1.0;
+  // --dflash-enable-async-prefetch: every speculative policy prefetches (a policy name
+  // ending in "+prefetch" does it for that entry only); drafter threads of the worker.
+  bool async_prefetch = false;
+  int async_draft_threads = 0;
 };
 
 // MemAvailable of /proc/meminfo in bytes (the budget --cache-prealloc-ratio takes a share of).
@@ -112,8 +116,12 @@ int run_bench_engine(const BenchEngineArgs& a) {
   {
     std::stringstream ss(a.policies);
     for (std::string p; std::getline(ss, p, ',');) {
-      if (p != "none" && p != "fixed" && p != "threshold" && p != "dspark" && p != "dspark-async")
-        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async)");
+      const std::string suffix = "+prefetch";
+      const bool pre = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
+      const std::string base = pre ? p.substr(0, p.size() - suffix.size()) : p;
+      if (base != "none" && base != "fixed" && base != "threshold" && base != "dspark" && base != "dspark-async")
+        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch)");
+      if (base == "none" && pre) throw Error("--policies: 'none+prefetch': plain decoding has no drafts to prefetch");
       policies.push_back(p);
     }
   }
@@ -159,8 +167,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
   std::optional<SpsTable> sps;
   double draft_ms = 0;
-  if (std::find(policies.begin(), policies.end(), "dspark") != policies.end() ||
-      std::find(policies.begin(), policies.end(), "dspark-async") != policies.end()) {
+  if (std::any_of(policies.begin(), policies.end(), [](const std::string& p) { return p.rfind("dspark", 0) == 0; })) {
     if (!drafter->info().confidence_head) throw Error("--policies dspark / dspark-async: the drafter has no confidence head");
     SpsProfileOptions po;
     const int max_b = *std::max_element(levels.begin(), levels.end()) * (drafter->info().max_draft_tokens + 1);
@@ -175,9 +182,15 @@ int run_bench_engine(const BenchEngineArgs& a) {
 
   std::vector<Cell> cells;
   using clock = std::chrono::steady_clock;
-  for (const std::string& policy : policies)
+  for (const std::string& entry : policies)
     for (int c : levels) {
+      const bool prefetch_entry = entry.size() > 9 && entry.compare(entry.size() - 9, 9, "+prefetch") == 0;
+      const std::string policy = prefetch_entry ? entry.substr(0, entry.size() - 9) : entry;
       EngineOptions o;
+      if (policy != "none") {
+        o.async_prefetch = prefetch_entry || a.async_prefetch;
+        o.async_draft_threads = a.async_draft_threads;
+      }
       o.max_running = c;
       o.tokenizer = nullptr;
       o.max_model_len = a.prompt_tokens + a.max_tokens + 1;
@@ -233,7 +246,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       while (engine.step()) peak = std::max<int64_t>(peak, engine.stats().kv_blocks_used);
       const double secs = std::chrono::duration<double>(clock::now() - t0).count();
       Cell cell;
-      cell.policy = policy;
+      cell.policy = policy + (o.async_prefetch ? "+prefetch" : "");
       cell.concurrency = c;
       cell.requests = n;
       cell.seconds = secs;
@@ -325,6 +338,11 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--cache-warmup-file", a->cache_warmup_file,
                   "JSON lines ({\"prompt\": text} or {\"prompt_ids\": [...]}) prefilled into the prefix cache at start-up");
   sub->add_flag("--json", a->json, "Print one JSON object");
+  sub->add_flag("--dflash-enable-async-prefetch", a->async_prefetch,
+                "Speculative policies draft one cohort of requests while the target verifies the other (a second thread)");
+  sub->add_option("--async-draft-threads", a->async_draft_threads,
+                  "Kernel threads of the async drafter thread (default: half of --threads, at least 1)")
+      ->check(CLI::Range(1, 1024));
   sub->add_option("--dspark-dsw-min-window", a->dsw_min, "Dynamic drafter window: lower bound (with --dspark-dsw-max-window)")
       ->check(CLI::Range(0, 1 << 24));
   sub->add_option("--dspark-dsw-max-window", a->dsw_max, "Dynamic drafter window: upper bound (0 = off)")

@@ -56,7 +56,7 @@ struct ServeArgs {
   int max_reuse_depth = -1;
   int window_size = -1;
   std::string admission_policy = "fcfs";
-  bool async_prefetch = false;
+  bool async_prefetch = false;  // --dflash-enable-async-prefetch / --disable-dflash-async-prefetch
   double synthetic_acceptance = -1.0;  // refused: a benchmark mode whose output is not the target's
   std::string matmul_precision = "auto";
   int threads = 0;
@@ -248,6 +248,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics) {
   metrics.set_max_drafts(L.caps.max_drafts);
   server::ServerMetrics* m = &metrics;
   o.on_step = [m](const StepObservation& obs) { m->observe_step(obs); };
+  o.async_prefetch = a.async_prefetch;
   L.engine = std::make_unique<LLMEngine>(*L.model, o);
 
   L.settings.window_size = std::max(0, a.window_size);
@@ -255,7 +256,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics) {
   L.settings.max_reuse_depth = a.max_reuse_depth >= 0 ? a.max_reuse_depth : L.caps.max_drafts;
   L.settings.schedule_policy = schedule;
   L.settings.admission_policy = a.admission_policy;
-  L.settings.async_prefetch = false;
+  L.settings.async_prefetch = o.async_prefetch;
 }
 
 int run_serve(const ServeArgs& a) {
@@ -269,8 +270,6 @@ int run_serve(const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is a failed write, not a crash
 
   (void)parse_scheduler_policy(a.admission_policy);  // Error naming the flag before anything loads
-  if (a.async_prefetch)
-    throw Error("--dflash-enable-async-prefetch: asynchronous drafting is not implemented by the engine");
   if (a.synthetic_acceptance >= 0)
     throw Error("--synthetic-acceptance-rate: a benchmark mode of bench-engine (drafts accepted at random, output "
                 "not the target's); a server never serves it");
@@ -402,7 +401,8 @@ Runner register_serve(CLI::App& app) {
   sub->add_option("--dspark-self-heal-rounds", a->self_heal_rounds,
                   "Fall back to plain decoding after this many rounds without an accepted draft (0 = off)")
       ->check(CLI::Range(0, 1 << 20));
-  sub->add_flag("--dflash-enable-async-prefetch", a->async_prefetch, "Not implemented: rejected");
+  sub->add_flag("--dflash-enable-async-prefetch,!--disable-dflash-async-prefetch", a->async_prefetch,
+                "Draft one cohort of requests while the target verifies the other (a second thread; default off)");
   sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance, "Benchmark-only mode of bench-engine: rejected");
   add_matmul_precision_option(sub, &a->matmul_precision);
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));

@@ -81,9 +81,13 @@ namespace {
 std::mutex g_pool_mu;
 std::unique_ptr<ThreadPool> g_pool;
 int g_pool_threads = 0;
+thread_local ThreadPool* t_pool_override = nullptr;
 }  // namespace
 
+void ThreadPool::set_thread_pool(ThreadPool* pool) { t_pool_override = pool; }
+
 ThreadPool& ThreadPool::global() {
+  if (t_pool_override) return *t_pool_override;
   std::lock_guard<std::mutex> lk(g_pool_mu);
   if (!g_pool) g_pool = std::make_unique<ThreadPool>(g_pool_threads);
   return *g_pool;

@@ -29,9 +29,14 @@ class ThreadPool {
   void parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t grain = 1);
 
   // The process-wide pool used by kernels; sized on first use by set_global_threads
-  // (default: hardware threads).
+  // (default: hardware threads). A thread that installed an override (set_thread_pool)
+  // gets its own pool instead: the engine's drafter thread runs kernels concurrently with
+  // the stepping thread's target forward (--dflash-enable-async-prefetch), and a pool has
+  // one caller at a time.
   static ThreadPool& global();
   static void set_global_threads(int n_threads);
+  // This thread's pool for global() (nullptr: the process-wide one again).
+  static void set_thread_pool(ThreadPool* pool);
 
  private:
   void worker_loop(int index);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "engine/draft_worker.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
 #include "model/paged_kv_cache.h"
@@ -48,6 +49,9 @@ struct LLMEngine::Sequence {
   int window_applied = 0;  // the drafter window last set on `draft`
   // This step's work and output.
   DraftProposal prop;
+  // Async prefetch: `prop` holds drafts for the current anchor proposed during an earlier
+  // step (by the DraftWorker); this step verifies them instead of drafting.
+  bool prop_ready = false;
   std::vector<int32_t> step_ids;
   std::string step_text;
 };
@@ -79,6 +83,10 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   } else if (opts_.policy != VerifyPolicy::Fixed) {
     throw Error("engine: verify policies other than fixed need a drafter");
   }
+  if (opts_.async_prefetch && !opts_.drafter)
+    throw Error("--dflash-enable-async-prefetch: needs a drafter (plain decoding has nothing to prefetch)");
+  if (opts_.async_draft_threads < 0)
+    throw Error("async_draft_threads: must be >= 0 (0: half the kernel threads), got " + std::to_string(opts_.async_draft_threads));
   // Every verify block must fit one step: anchor + all drafts of every running request is
   // not required, but one request's block is.
   if (opts_.max_batch_tokens < max_drafts_ + 1)
@@ -124,6 +132,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   runtime_.policy = opts_.policy;
   runtime_.validation_threshold = opts_.validation_threshold;
   runtime_.scheduler_policy = opts_.scheduler_policy;
+  runtime_.async_prefetch = opts_.async_prefetch;
+  async_prefetch_ = opts_.async_prefetch;
   stats_.kv_blocks_total = static_cast<int>(blocks);
   stats_.kv_block_tokens = bs;
   warm_up();
@@ -153,6 +163,8 @@ void LLMEngine::set_runtime_config(const EngineRuntimeConfig& c) {
     throw Error("schedule_policy: dspark / dspark-async need an SPS table (the engine was started without one)");
   if (c.policy == VerifyPolicy::Threshold && c.validation_threshold <= 0.0f)
     throw Error("validation_threshold: the threshold policy needs a value > 0");
+  if (c.async_prefetch && !opts_.drafter)
+    throw Error("async_prefetch: needs a drafter (the engine runs plain decoding)");
   {
     std::lock_guard<std::mutex> lock(mu_);
     runtime_ = c;
@@ -344,6 +356,8 @@ void LLMEngine::preempt(Sequence& s) {
   free_slots_.push_back(s.slot);
   s.slot = -1;
   s.draft.reset();
+  s.prop = DraftProposal{};
+  s.prop_ready = false;
   s.pending_tokens.clear();
   s.pending_hidden.clear();
   if (s.decoding) {
@@ -537,6 +551,32 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   return yes;
 }
 
+struct LLMEngine::DraftJob {
+  std::vector<ContextBatchItem> commits;
+  std::vector<DraftBatchItem> items;
+  std::vector<Sequence*> owners;
+};
+
+void LLMEngine::draft_pass(DraftJob& job) const {
+  if (!job.commits.empty()) opts_.drafter->commit_context_batch(job.commits);
+  for (Sequence* s : job.owners) {
+    s->pending_tokens.clear();
+    s->pending_hidden.clear();
+  }
+  if (job.items.empty()) return;
+  std::vector<DraftProposal> props = opts_.drafter->propose_batch(job.items);
+  for (size_t i = 0; i < job.owners.size(); ++i) job.owners[i]->prop = std::move(props[i]);
+  if (opts_.synthetic_acceptance_rate > 0.0) {
+    // Benchmark mode: the schedulers see confidences equal to the synthetic acceptance.
+    const double p = std::min(opts_.synthetic_acceptance_rate, 1.0 - 1e-6);
+    const float z = static_cast<float>(std::log(p / (1.0 - p)));
+    for (Sequence* s : job.owners) {
+      s->prop.confidence_logits.assign(s->prop.tokens.size(), z);
+      s->prop.confidence.assign(s->prop.tokens.size(), static_cast<float>(p));
+    }
+  }
+}
+
 bool LLMEngine::step() {
   std::lock_guard<std::mutex> step_lock(step_mu_);
   const auto step_start = std::chrono::steady_clock::now();
@@ -550,6 +590,7 @@ bool LLMEngine::step() {
                                                   : block_max_drafts_;
       window_size_ = runtime_.window_size;
       opts_.scheduler_policy = runtime_.scheduler_policy;
+      async_prefetch_ = runtime_.async_prefetch;
       runtime_pending_ = false;
     }
   }
@@ -579,60 +620,100 @@ bool LLMEngine::step() {
   std::vector<Sequence*> dec;
   for (auto& s : running_)
     if (s->decoding) dec.push_back(s.get());
-  const std::vector<bool> drafts = choose_drafting(dec);
+  // With async prefetch the drafter pass is off the critical path, so every request that
+  // may draft does (the draft-cost trade-off of choose_drafting does not apply).
+  const bool async = async_prefetch_ && opts_.drafter;
+  const std::vector<bool> drafts = async ? std::vector<bool>(dec.size(), true) : choose_drafting(dec);
   // One batched drafter pass for all drafting requests: first their pending committed
   // rows (one commit over every sequence), then their blocks (one propose over all), so
   // the drafter's weights are read once per step, not once per request. Results are
   // bit-identical to per-request calls (Drafter::propose_batch).
+  // ver: the requests verified this step (same order as dec), track: whether the verified
+  // prop came from a drafting choice (its gain feeds choose_drafting).
+  std::vector<Sequence*> ver;
+  std::vector<bool> track;
+  DraftJob job;
+  auto add_to_draft_job = [&](DraftJob& j, Sequence& s, int n) {
+    // The dynamic drafter window, else the runtime one (hot reload), else the configured one.
+    const int window = s.health.window() ? s.health.window() : window_size_;
+    if (window != s.window_applied) {
+      opts_.drafter->set_window(*s.draft, window);
+      s.window_applied = window;
+    }
+    if (!s.pending_tokens.empty())
+      j.commits.push_back({s.draft.get(), s.pending_tokens.data(), feat_ ? s.pending_hidden.data() : nullptr,
+                           static_cast<int>(s.pending_tokens.size())});
+    j.items.push_back({s.draft.get(), s.anchor, n, &s.req.sampling, &s.rng});
+    j.owners.push_back(&s);
+  };
   {
-    std::vector<ContextBatchItem> commits;
-    std::vector<DraftBatchItem> items;
-    std::vector<Sequence*> owners;
+    // What each decoding request does this step: verify drafts proposed earlier (Ready),
+    // verify without drafting (Plain, with its drafting choice), or draft (Draft: verified
+    // now in sequence, or next step when the pass is prefetched).
+    enum class Role { Ready, Plain, Draft };
+    std::vector<Role> role(dec.size(), Role::Plain);
+    std::vector<int> n_max(dec.size(), 0);
+    size_t n_draft = 0;
     for (size_t r = 0; r < dec.size(); ++r) {
       Sequence* s = dec[r];
-      s->prop = DraftProposal{};
       if (s->draft && s->health.tick() == HealthEvent::Resumed)
         std::fprintf(stderr, "engine: request %llu: self-healing re-probe, drafting again\n",
                      static_cast<unsigned long long>(s->id));
-      const int n_max = std::min(max_drafts_, s->out->remaining() - 1);
-      if (!(s->draft && n_max > 0 && drafts[r] && s->health.drafting_allowed())) continue;
-      // The dynamic drafter window, else the runtime one (hot reload), else the configured one.
-      const int window = s->health.window() ? s->health.window() : window_size_;
-      if (window != s->window_applied) {
-        opts_.drafter->set_window(*s->draft, window);
-        s->window_applied = window;
+      if (s->prop_ready) {
+        role[r] = Role::Ready;
+        continue;
       }
-      if (!s->pending_tokens.empty())
-        commits.push_back({s->draft.get(), s->pending_tokens.data(), feat_ ? s->pending_hidden.data() : nullptr,
-                           static_cast<int>(s->pending_tokens.size())});
-      items.push_back({s->draft.get(), s->anchor, n_max, &s->req.sampling, &s->rng});
-      owners.push_back(s);
-    }
-    if (!commits.empty()) opts_.drafter->commit_context_batch(commits);
-    for (Sequence* s : owners) {
-      s->pending_tokens.clear();
-      s->pending_hidden.clear();
-    }
-    if (!items.empty()) {
-      std::vector<DraftProposal> props = opts_.drafter->propose_batch(items);
-      for (size_t i = 0; i < owners.size(); ++i) owners[i]->prop = std::move(props[i]);
-    }
-    if (opts_.synthetic_acceptance_rate > 0.0) {
-      // Benchmark mode: the schedulers see confidences equal to the synthetic acceptance.
-      const double p = std::min(opts_.synthetic_acceptance_rate, 1.0 - 1e-6);
-      const float z = static_cast<float>(std::log(p / (1.0 - p)));
-      for (Sequence* s : owners) {
-        s->prop.confidence_logits.assign(s->prop.tokens.size(), z);
-        s->prop.confidence.assign(s->prop.tokens.size(), static_cast<float>(p));
+      s->prop = DraftProposal{};
+      n_max[r] = std::min(max_drafts_, s->out->remaining() - 1);
+      if (s->draft && n_max[r] > 0 && drafts[r] && s->health.drafting_allowed()) {
+        role[r] = Role::Draft;
+        ++n_draft;
       }
+    }
+    if (async) {
+      // Two cohorts: the requests drafting now verify next step while the others verify
+      // now. Requests new to drafting join the smaller cohort (the excess verify this step
+      // without drafts and draft next step), so both threads keep work every step.
+      for (size_t r = dec.size(); r-- > 0 && n_draft > dec.size() - n_draft + 1;)
+        if (role[r] == Role::Draft) {
+          role[r] = Role::Plain;
+          --n_draft;
+        }
+    }
+    for (size_t r = 0; r < dec.size(); ++r) {
+      Sequence* s = dec[r];
+      if (role[r] == Role::Draft) add_to_draft_job(job, *s, n_max[r]);
+      if (role[r] == Role::Draft && async) continue;  // verified next step
+      ver.push_back(s);
+      // A prefetched prop came from a drafting choice; a balanced-out request did not draft.
+      track.push_back(role[r] == Role::Ready || (drafts[r] && !(async && role[r] == Role::Plain)));
     }
   }
-  Survivals survivals(dec.size());
+  if (async && !job.owners.empty()) {
+    if (!draft_worker_) {
+      const int t = opts_.async_draft_threads > 0 ? opts_.async_draft_threads : std::max(1, ThreadPool::global().size() / 2);
+      draft_worker_ = std::make_unique<DraftWorker>(t);
+    }
+    draft_worker_->run([this, &job] { draft_pass(job); });
+    obs.prefetched = static_cast<int>(job.owners.size());
+  } else if (!job.owners.empty()) {
+    draft_pass(job);
+  }
+  // Async: the drafter pass runs until joined below (after the verify); every early return
+  // joins it first, as it writes into sequences this step may otherwise free.
+  struct JoinOnExit {
+    DraftWorker* w;
+    ~JoinOnExit() {
+      if (w) try { w->wait(); } catch (...) {}
+    }
+  } join_on_exit{async && !job.owners.empty() ? draft_worker_.get() : nullptr};
+  Survivals survivals(ver.size());
   ScheduleCaps caps;
   caps.max_batch_tokens = opts_.max_batch_tokens;
-  for (size_t r = 0; r < dec.size(); ++r) {
-    const DraftProposal& p = dec[r]->prop;
-    int n = static_cast<int>(p.tokens.size());
+  for (size_t r = 0; r < ver.size(); ++r) {
+    const DraftProposal& p = ver[r]->prop;
+    // A prefetched prop may predate a lower max_reuse_depth (hot reload).
+    int n = std::min(static_cast<int>(p.tokens.size()), max_drafts_);
     if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
       if (opts_.synthetic_acceptance_rate > 0.0) {  // benchmark mode: the true survival p^j
         survivals[r].resize(p.tokens.size());
@@ -647,9 +728,11 @@ bool LLMEngine::step() {
   }
   ScheduleResult sched;
   if (opts_.policy == VerifyPolicy::DSpark) {
-    if (opts_.draft_ms_per_request > 0.0 && !dec.empty())
-      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, static_cast<int>(dec.size()),
-                                                           opts_.draft_ms_per_request), caps);
+    // The step pays the drafter pass of its drafting requests, unless it was prefetched
+    // (then it overlaps the forward and only verify rows cost).
+    const int drafting = async ? 0 : static_cast<int>(job.owners.size());
+    if (opts_.draft_ms_per_request > 0.0 && drafting > 0)
+      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, drafting, opts_.draft_ms_per_request), caps);
     else
       sched = schedule_greedy(survivals, *opts_.sps, caps);
   } else if (opts_.policy == VerifyPolicy::DSparkAsync) {
@@ -660,16 +743,16 @@ bool LLMEngine::step() {
   } else {
     sched = fixed_lengths(caps);
   }
-  for (size_t r = 0; r < dec.size(); ++r) {
-    DraftProposal& p = dec[r]->prop;
+  for (size_t r = 0; r < ver.size(); ++r) {
+    DraftProposal& p = ver[r]->prop;
     const size_t n0 = p.tokens.size();
     const size_t n = static_cast<size_t>(sched.lengths[r]);
-    if (drafts[r] && is_dspark_policy(opts_.policy)) {
+    if (track[r] && is_dspark_policy(opts_.policy)) {
       // What drafting this request bought this step: expected extra commits and verify rows.
       double g = 0;
       for (size_t j = 0; j < n && j < survivals[r].size(); ++j) g += survivals[r][j];
-      dec[r]->last_gain = g;
-      dec[r]->last_len = static_cast<int>(n);
+      ver[r]->last_gain = g;
+      ver[r]->last_len = static_cast<int>(n);
     }
     keep_first_drafts(p, n);
     obs.drafted += static_cast<int>(n0);
@@ -685,7 +768,7 @@ bool LLMEngine::step() {
   batch.capture_layers = capture_;
   std::vector<Sequence*> entry_seq;
   int budget = opts_.max_batch_tokens;
-  for (Sequence* s : dec) {
+  for (Sequence* s : ver) {
     ForwardEntry e;
     e.slot = s->slot;
     e.tokens.push_back(s->anchor);
@@ -728,17 +811,20 @@ bool LLMEngine::step() {
   }
 
   // 5. One forward.
+  // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
   ForwardOutput out;
-  try {
-    model_.forward(*kv_, batch, out);
-  } catch (const Error& err) {
-    for (Sequence* s : entry_seq) finish(*s, "error", err.what());
-    return true;
+  if (!batch.entries.empty()) {
+    try {
+      model_.forward(*kv_, batch, out);
+    } catch (const Error& err) {
+      for (Sequence* s : entry_seq) finish(*s, "error", err.what());
+      return true;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.steps++;
-    stats_.forwards++;
+    if (!batch.entries.empty()) stats_.forwards++;
   }
 
   // 6. Per request: verify / finish prefill, roll back, emit.
@@ -773,6 +859,7 @@ bool LLMEngine::step() {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.self_heal_fallbacks++;
       }
+      s.prop_ready = false;
       kv_->truncate(s.slot, start + v.accepted + 1);
       // Rejected drafts leave the table; anchor + accepted drafts are committed, so their
       // full blocks become prefix-cache entries.
@@ -821,6 +908,15 @@ bool LLMEngine::step() {
         emit_tokens(s, {s.anchor});
       }
     }
+  }
+  if (join_on_exit.w) {
+    // The prefetched drafts are ready for the next step (a drafter error ends the step
+    // with the exception, as it would in sequence).
+    join_on_exit.w = nullptr;
+    draft_worker_->wait();
+    for (Sequence* s : job.owners) s->prop_ready = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.prefetch_passes++;
   }
   drop_finished(running_);
   int64_t stored = 0;

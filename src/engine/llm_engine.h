@@ -56,6 +56,7 @@ class Drafter;
 struct Calibration;
 class SpsTable;
 class AsyncPrefixScheduler;
+class DraftWorker;
 
 // What a request's callback receives: newly final tokens/text, then one event with
 // finished = true (finish_reason "stop" | "length" | "cancelled" | "error").
@@ -98,6 +99,9 @@ struct EngineRuntimeConfig {
   int window_size = 0;
   // Admission order of waiting requests (--dspark-scheduler-policy).
   SchedulerPolicy scheduler_policy = SchedulerPolicy::Fcfs;
+  // --dflash-enable-async-prefetch: draft one cohort while the target verifies the other
+  // (EngineOptions::async_prefetch). Needs a drafter.
+  bool async_prefetch = false;
 };
 
 // What one step did (EngineOptions::on_step, called on the stepping thread after the
@@ -108,6 +112,7 @@ struct StepObservation {
   int prefill_tokens = 0;           // prompt tokens in this step's forward
   int drafted = 0;                  // drafts proposed (before the verify policy)
   int verified = 0;                 // drafts verified: the step's verify budget
+  int prefetched = 0;               // async prefetch: requests drafted during the forward
   std::vector<int> verified_per_request, accepted_per_request;
   double seconds = 0.0;             // wall time of the step
 };
@@ -155,6 +160,16 @@ struct EngineOptions {
   // models whose drafts would never be accepted. Output is NOT the target's: the server
   // refuses it. < 0: off.
   double synthetic_acceptance_rate = -1.0;
+  // --dflash-enable-async-prefetch: drafting overlaps verification. Decoding requests
+  // alternate between two cohorts: in each step the target verifies one cohort's drafts
+  // (proposed during the previous step) while a DraftWorker thread with its own kernel
+  // pool of async_draft_threads threads (0: half the global pool, at least 1) runs the
+  // drafter pass for the other cohort. Each request then verifies every other step, and a
+  // step costs max(verify, draft) instead of their sum where the two passes really run in
+  // parallel (free cores or memory bandwidth); output is lossless either way. Also
+  // switchable at run time (EngineRuntimeConfig::async_prefetch).
+  bool async_prefetch = false;
+  int async_draft_threads = 0;
 };
 
 struct EngineStats {
@@ -181,6 +196,7 @@ struct EngineStats {
   PoolStats kv_pool;
   uint64_t preemptions = 0, cache_defrags = 0, defrag_moves = 0;
   uint64_t self_heal_fallbacks = 0;  // requests routed to plain decoding by SpecHealth
+  uint64_t prefetch_passes = 0;      // async prefetch: drafter passes overlapped with a forward
   int warmup_prompts = 0;
 };
 
@@ -234,6 +250,11 @@ class LLMEngine {
   void emit_tokens(Sequence& s, const std::vector<int32_t>& ids);
   // Which decoding requests get a drafter pass this step (see llm_engine.cpp).
   std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec);
+  // One batched drafter pass: commits the owners' pending context rows, proposes their
+  // drafts into Sequence::prop. Touches only the owners' drafter state, so it may run on
+  // the DraftWorker while the stepping thread verifies other requests.
+  struct DraftJob;
+  void draft_pass(DraftJob& job) const;
 
   Model& model_;
   EngineOptions opts_;
@@ -254,6 +275,8 @@ class LLMEngine {
   bool runtime_pending_ = false;      // guarded by mu_; runtime_ not yet applied by step()
   int window_size_ = 0;               // runtime_.window_size as applied (stepping thread)
   std::unique_ptr<AsyncPrefixScheduler> async_sched_;  // DSparkAsync: its two-step budget history
+  bool async_prefetch_ = false;       // runtime_.async_prefetch as applied (stepping thread)
+  std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 
   mutable std::mutex mu_;  // inbox, cancellations, stats snapshot
   std::condition_variable cv_;

@@ -97,7 +97,8 @@ DflashSettings apply_settings_patch(const DflashSettings& current, std::string_v
       s.admission_policy = name;
     } else if (key == "async_prefetch") {
       if (!v.is_boolean()) throw bad(key, "must be a boolean");
-      if (v.get<bool>()) throw bad(key, "asynchronous drafting is not implemented by the engine (only false)");
+      if (v.get<bool>() && !caps.has_drafter) throw bad(key, "this server runs plain decoding (no drafter to prefetch)");
+      s.async_prefetch = v.get<bool>();
     } else {
       throw bad(key, "unknown setting (window_size, validation_threshold, max_reuse_depth, schedule_policy, "
                      "admission_policy, async_prefetch)");
@@ -120,6 +121,7 @@ EngineRuntimeConfig to_engine_config(const DflashSettings& s, const SettingsCaps
                        : s.admission_policy == "latency-aware" ? SchedulerPolicy::LatencyAware
                        : s.admission_policy == "hybrid"        ? SchedulerPolicy::Hybrid
                                                                : SchedulerPolicy::Fcfs;
+  c.async_prefetch = s.async_prefetch && caps.has_drafter;
   return c;
 }
 

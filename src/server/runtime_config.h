@@ -20,7 +20,7 @@ struct DflashSettings {
   int max_reuse_depth = 0;             // drafts verified per round, <= the drafter's block
   std::string schedule_policy = "fixed";  // fixed | threshold | dspark
   std::string admission_policy = "fcfs";  // fcfs | hit-rate | latency-aware | hybrid (engine/scheduler.h)
-  bool async_prefetch = false;         // the engine drafts and verifies in sequence
+  bool async_prefetch = false;         // drafting overlaps verification (EngineOptions::async_prefetch)
 };
 
 // What this server's engine can do (limits of a patch).

@@ -41,7 +41,7 @@ for (const [body, field] of [
   [{ validation_threshold: 1.5 }, 'validation_threshold'], [{ validation_threshold: 'high' }, 'validation_threshold'],
   [{ max_reuse_depth: 0 }, 'max_reuse_depth'], [{ max_reuse_depth: 1000 }, 'max_reuse_depth'],
   [{ schedule_policy: 'magic' }, 'schedule_policy'], [{ admission_policy: 'lifo' }, 'admission_policy'],
-  [{ async_prefetch: true }, 'async_prefetch'], [{ window_size: -5 }, 'window_size'], [{ nonsense: 1 }, 'nonsense'],
+  [{ async_prefetch: 'yes' }, 'async_prefetch'], [{ window_size: -5 }, 'window_size'], [{ nonsense: 1 }, 'nonsense'],
   [{ validation_threshold: 0.5, schedule_policy: 'bogus' }, 'schedule_policy'], [{}, 'settings'],
 ]) {
   const e = await post('/api/v1/config/dflash', body);
@@ -58,5 +58,17 @@ assert.equal(r.json.admission_policy, 'hybrid');
 assert.equal(await greedy(), t0, 'greedy output does not depend on the speculation settings');
 const m = await metrics();
 assert.equal(m.dsinfer_config_changes_total, 4);
+// Async prefetch on: drafter passes overlap forwards (counted), greedy output unchanged.
+r = await post('/api/v1/config/dflash', { async_prefetch: true, schedule_policy: 'fixed' });
+assert.equal(r.status, 200, r.text);
+assert.equal(r.json.async_prefetch, true);
+const p0 = (await metrics()).dsinfer_async_prefetch_passes_total;
+const greedyAsync = await Promise.all([greedy(), greedy(), greedy()]);
+for (const t of greedyAsync) assert.equal(t, t0, 'greedy output with async prefetch equals the sequential one');
+const p1 = (await metrics()).dsinfer_async_prefetch_passes_total;
+assert.ok(p1 > p0, `async prefetch passes counted: ${p0} -> ${p1}`);
+r = await post('/api/v1/config/dflash', { async_prefetch: false });
+assert.equal(r.status, 200, r.text);
+assert.equal((await get('/api/v1/config/dflash')).json.async_prefetch, false);
 console.log(`hot reload test: ok (verify budget per step ${low.toFixed(2)} at t=0.01 -> ${high.toFixed(2)} at t=0.9; ` +
   `${capped.toFixed(2)} with fixed + depth 2)`);

@@ -3,11 +3,14 @@
 // with plain decoding, with the DSpark drafter under every verify policy and under a small
 // per-step token budget (chunked prefill, slots recycled as requests finish); cancellation
 // frees the request's slot at once; priorities order admission; bad requests are refused
-// with one-line errors naming the parameter.
+// with one-line errors naming the parameter; async prefetch (drafting one cohort while the
+// target verifies the other, on a second thread) is lossless under every policy, really
+// overlaps, and can be switched on and off while requests run.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -76,7 +79,9 @@ Fixture& fixture() {
 bool have_models() { return std::filesystem::exists(kRoot + "/target/model.safetensors"); }
 
 // Submits every case at once, runs the engine to idle, checks each output == plain.
-void expect_lossless(const EngineOptions& opts, const char* what) {
+// between_steps (optional) runs after every step, e.g. to change runtime settings.
+EngineStats expect_lossless(const EngineOptions& opts, const char* what,
+                            const std::function<void(LLMEngine&, int)>& between_steps = {}) {
   Fixture& f = fixture();
   LLMEngine engine(*f.model, opts);
   std::map<uint64_t, std::vector<int32_t>> got;
@@ -93,8 +98,12 @@ void expect_lossless(const EngineOptions& opts, const char* what) {
     };
     case_of[engine.submit(std::move(req))] = i;
   }
-  engine.run_until_idle();
-  ASSERT_EQ(reason.size(), f.cases.size()) << what;
+  if (between_steps) {
+    for (int step = 0; engine.step(); ++step) between_steps(engine, step);
+  } else {
+    engine.run_until_idle();
+  }
+  EXPECT_EQ(reason.size(), f.cases.size()) << what;
   for (const auto& [id, i] : case_of) {
     EXPECT_EQ(got[id], f.cases[i].plain) << what << ": request " << i;
     EXPECT_EQ(reason[id], "length") << what << ": request " << i;
@@ -106,6 +115,7 @@ void expect_lossless(const EngineOptions& opts, const char* what) {
   if (opts.drafter) {
     EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
   }
+  return st;
 }
 
 }  // namespace
@@ -242,4 +252,80 @@ TEST(LLMEngine, BadRequestsAreRefusedWithTheParameterNamed) {
   badtemp.sampling.temperature = -1.0f;
   expect_error(badtemp, "temperature");
   EXPECT_FALSE(engine.step());  // nothing was queued
+}
+
+TEST(LLMEngine, AsyncPrefetchIsLosslessUnderEveryPolicyAndOverlaps) {
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 16;
+  o.max_batch_tokens = 256;
+  o.drafter = f.dspark.get();
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  o.async_prefetch = true;
+  o.async_draft_threads = 1;
+  EngineStats st = expect_lossless(o, "async fixed");
+  // The drafter passes ran on the worker during forwards, and drafts were verified.
+  EXPECT_GT(st.prefetch_passes, 0u);
+  EXPECT_GT(st.verified_draft_tokens, 0u);
+  o.policy = VerifyPolicy::Threshold;
+  o.validation_threshold = 0.3f;
+  expect_lossless(o, "async threshold");
+  std::vector<SpsPoint> pts;
+  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
+  const SpsTable sps(pts);
+  o.policy = VerifyPolicy::DSpark;
+  o.validation_threshold = 0.0f;
+  o.sps = &sps;
+  o.draft_ms_per_request = 5.0;  // ignored while prefetching: the pass is off the critical path
+  expect_lossless(o, "async dspark scheduler");
+  o.policy = VerifyPolicy::DSparkAsync;
+  o.draft_ms_per_request = 0.0;
+  expect_lossless(o, "async dspark-async scheduler");
+  // Small KV pool: preemption of requests whose drafts are prefetched.
+  o.policy = VerifyPolicy::Fixed;
+  o.max_running = 12;
+  o.kv_block_size = 16;
+  o.kv_num_blocks = 40;
+  o.shard_count = 4;
+  o.max_model_len = 256;
+  st = expect_lossless(o, "async under KV pressure");
+  EXPECT_GT(st.preemptions, 0u);
+}
+
+TEST(LLMEngine, AsyncPrefetchSwitchedWhileRunningStaysLossless) {
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 16;
+  o.max_batch_tokens = 256;
+  o.drafter = f.dspark.get();
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  // Every 7 steps the setting flips: prefetched drafts of one step are verified by a step
+  // in sequence and the reverse.
+  const EngineStats st = expect_lossless(o, "async switched", [](LLMEngine& e, int step) {
+    if (step % 7 != 6) return;
+    EngineRuntimeConfig c = e.runtime_config();
+    c.async_prefetch = !c.async_prefetch;
+    e.set_runtime_config(c);
+  });
+  EXPECT_GT(st.prefetch_passes, 0u);
+}
+
+TEST(LLMEngine, AsyncPrefetchNeedsADrafter) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  EngineOptions o;
+  o.async_prefetch = true;
+  try {
+    LLMEngine e(*fixture().model, o);
+    FAIL() << "plain decoding with async prefetch was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--dflash-enable-async-prefetch"), std::string::npos) << err.what();
+  }
+  o.async_prefetch = false;
+  LLMEngine e(*fixture().model, o);
+  EngineRuntimeConfig c = e.runtime_config();
+  c.async_prefetch = true;
+  EXPECT_THROW(e.set_runtime_config(c), Error);
+  EXPECT_FALSE(e.runtime_config().async_prefetch);
 }

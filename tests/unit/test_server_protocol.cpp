@@ -201,7 +201,7 @@ TEST(ServerRuntimeConfig, ValidatesAndChangesNothingOnError) {
             "threshold");
   for (const char* bad : {R"({"validation_threshold":1.5})", R"({"validation_threshold":"x"})", R"({"max_reuse_depth":0})",
                           R"({"max_reuse_depth":9})", R"({"schedule_policy":"nope"})", R"({"admission_policy":"lifo"})",
-                          R"({"async_prefetch":true})", R"({"window_size":-1})", R"({"unknown":1})", "{}", "[1]",
+                          R"({"async_prefetch":1})", R"({"window_size":-1})", R"({"unknown":1})", "{}", "[1]",
                           "{", R"({"schedule_policy":"threshold"})"}) {
     try {
       apply_settings_patch(cur, bad, caps);
@@ -222,6 +222,12 @@ TEST(ServerRuntimeConfig, ValidatesAndChangesNothingOnError) {
   EXPECT_EQ(to_engine_config(w, windowed).window_size, 0);  // the loaded window
   EXPECT_EQ(to_engine_config(w, windowed).scheduler_policy, SchedulerPolicy::Hybrid);
   EXPECT_NO_THROW(apply_settings_patch(cur, R"({"admission_policy":"fcfs","async_prefetch":false})", caps));
+  // Async prefetch: on with a drafter (and in the engine config), refused without one.
+  const DflashSettings a = apply_settings_patch(cur, R"({"async_prefetch":true})", caps);
+  EXPECT_TRUE(a.async_prefetch);
+  EXPECT_TRUE(to_engine_config(a, caps).async_prefetch);
+  EXPECT_EQ(settings_json(a).at("async_prefetch"), true);
+  EXPECT_THROW(apply_settings_patch(cur, R"({"async_prefetch":true})", plain), ApiError);
 }
 
 TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
