@@ -42,9 +42,8 @@ struct LLMEngine::Sequence {
   bool finished = false;
   // Drafting decision (DSpark policy): expected extra commits Σ a_j and verified drafts of
   // the last step that drafted; steps skipped since.
-  double last_gain = 1e30;  // unknown: draft
+  double last_gain = 1e30;  // unknown: the population's estimate (or, before any, draft)
   int last_len = 0, skipped = 0;
-  int probe_interval = 8;  // skipped steps before a re-probe; doubles while probes do not pay (<= 64)
   SpecHealth health;       // self-healing fallback and dynamic window (EngineOptions::health)
   int window_applied = 0;  // the drafter window last set on `draft`
   // This step's work and output.
@@ -511,42 +510,70 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   std::vector<bool> yes(dec.size(), true);
   // Only the dspark policy with a verify-only SPS curve and a known draft cost decides: a
   // request's drafter pass costs draft_ms whatever the scheduler then verifies, so under load
-  // drafting can cost more than it brings. Greedy on last step's gains (what drafting that
-  // request bought when it last drafted): take requests in decreasing gain while the step's
-  // expected throughput (R + Σ gain) / (k·t_draft + t_verify(R + Σ len)) grows. Any choice
-  // is lossless (it only decides which requests get drafts). A request left out re-probes
-  // after probe_interval skipped steps so its estimate stays current; the interval doubles
-  // (8 → 64) each time it is left out again right after a probe, and resets when selected.
+  // drafting can cost more than it brings. Greedy on estimated gains (what drafting that
+  // request bought when it last drafted; for a request never measured, the running mean of
+  // every request's measurements, as requests of one workload accept alike): take requests
+  // in decreasing gain while the step's expected throughput
+  // (R + Σ gain) / (k·t_draft + t_verify(R + Σ len)) grows. Any choice is lossless (it only
+  // decides which requests get drafts).
+  // Estimates go stale while requests are left out, so some re-probe; but a probe costs a
+  // drafter pass and its verify rows, which under load is what made speculation slower than
+  // plain decoding. So at most one request re-probes per step, the one left out longest,
+  // and only every probe_gap steps, the gap keeping the probes' cost at kProbeShare of the
+  // engine's time. Before anything was measured, up to kFirstProbes requests draft.
+  constexpr double kProbeShare = 0.03;
+  constexpr int kFirstProbes = 4;
+  int first_probes = 0;
   if (!is_dspark_policy(opts_.policy) || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
   const int R = static_cast<int>(dec.size());
-  std::vector<int> order(dec.size());
-  for (int i = 0; i < R; ++i) order[static_cast<size_t>(i)] = i;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return dec[a]->last_gain > dec[b]->last_gain; });
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  std::vector<double> est(dec.size());
+  std::vector<int> est_len(dec.size());
+  std::vector<int> order;
+  for (int i = 0; i < R; ++i) {
+    const Sequence* s = dec[static_cast<size_t>(i)];
+    if (s->last_gain < 1e29) {
+      est[static_cast<size_t>(i)] = s->last_gain;
+      est_len[static_cast<size_t>(i)] = s->last_len;
+    } else if (pop_measured_ > 0) {
+      est[static_cast<size_t>(i)] = pop_gain_;
+      est_len[static_cast<size_t>(i)] = static_cast<int>(std::lround(pop_len_));
+    } else {
+      // Nothing measured yet: the first kFirstProbes requests draft to measure; the others
+      // wait for that estimate (a burst of new requests does not all pay a first pass).
+      if (first_probes++ >= kFirstProbes) yes[static_cast<size_t>(i)] = false;
+      continue;
+    }
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return est[static_cast<size_t>(a)] > est[static_cast<size_t>(b)]; });
   double gain = 0, best = R / t_verify(R);
   int len = 0, k = 0;
-  for (; k < R; ++k) {
-    const Sequence* s = dec[static_cast<size_t>(order[static_cast<size_t>(k)])];
-    if (s->last_gain >= 1e29 || s->skipped >= s->probe_interval) continue;  // forced probes
-    const double g = gain + s->last_gain;
-    const int l = len + s->last_len;
+  for (; k < static_cast<int>(order.size()); ++k) {
+    const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
+    const double g = gain + est[i];
+    const int l = len + est_len[i];
     const double theta = (R + g) / ((k + 1) * opts_.draft_ms_per_request + t_verify(R + l));
     if (!(theta > best)) break;
     best = theta;
     gain = g;
     len = l;
   }
+  for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
+  // Re-probe pacing: one probe costs about a drafter pass plus a verify block.
+  const double t_step = t_verify(R);
+  const double t_probe = opts_.draft_ms_per_request + std::max(0.0, t_verify(R + max_drafts_) - t_step);
+  const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
+  if (k < static_cast<int>(order.size()) && step_clock_ >= last_probe_step_ + probe_gap) {
+    size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
+    for (size_t j = static_cast<size_t>(k); j < order.size(); ++j)
+      if (dec[static_cast<size_t>(order[j])]->skipped > dec[pick]->skipped) pick = static_cast<size_t>(order[j]);
+    yes[pick] = true;
+    last_probe_step_ = step_clock_;
+  }
   for (int i = 0; i < R; ++i) {
-    Sequence* s = dec[static_cast<size_t>(order[static_cast<size_t>(i)])];
-    const bool probe = s->last_gain >= 1e29 || s->skipped >= s->probe_interval;
-    const bool chosen = i < k && !probe;
-    yes[static_cast<size_t>(order[static_cast<size_t>(i)])] = chosen || probe;
-    if (chosen) {
-      s->probe_interval = 8;
-    } else if (!probe && s->skipped == 0 && s->last_gain < 1e29) {
-      s->probe_interval = std::min(64, s->probe_interval * 2);  // left out right after a probe
-    }
-    s->skipped = (chosen || probe) ? 0 : s->skipped + 1;
+    Sequence* s = dec[static_cast<size_t>(i)];
+    s->skipped = yes[static_cast<size_t>(i)] ? 0 : s->skipped + 1;
   }
   return yes;
 }
@@ -753,6 +780,11 @@ bool LLMEngine::step() {
       for (size_t j = 0; j < n && j < survivals[r].size(); ++j) g += survivals[r][j];
       ver[r]->last_gain = g;
       ver[r]->last_len = static_cast<int>(n);
+      // The population's running mean (the estimate of requests not measured yet).
+      const double w = pop_measured_ == 0 ? 1.0 : 0.05;
+      pop_gain_ += w * (g - pop_gain_);
+      pop_len_ += w * (static_cast<double>(n) - pop_len_);
+      ++pop_measured_;
     }
     keep_first_drafts(p, n);
     obs.drafted += static_cast<int>(n0);

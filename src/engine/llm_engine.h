@@ -276,6 +276,11 @@ class LLMEngine {
   int window_size_ = 0;               // runtime_.window_size as applied (stepping thread)
   std::unique_ptr<AsyncPrefixScheduler> async_sched_;  // DSparkAsync: its two-step budget history
   bool async_prefetch_ = false;       // runtime_.async_prefetch as applied (stepping thread)
+  // choose_drafting: the running mean of measured gains / verify lengths (the estimate of
+  // requests not measured yet), how many were measured, the step of the last re-probe.
+  double pop_gain_ = 0.0, pop_len_ = 0.0;
+  uint64_t pop_measured_ = 0;
+  uint64_t last_probe_step_ = 0;
   std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 
   mutable std::mutex mu_;  // inbox, cancellations, stats snapshot
