@@ -574,6 +574,10 @@ bool LLMEngine::step() {
   }
   StepObservation obs;
   const int V = model_.config().vocab_size;
+  // on_rounds: the step's rounds, and what each request proposed before the verify policy.
+  const auto draft_start = std::chrono::steady_clock::now();
+  std::vector<EngineRound> rounds;
+  std::map<const Sequence*, std::pair<std::vector<int32_t>, std::vector<float>>> proposed;
 
   // 3. Drafting for every request past its prefill, then the verify policy.
   std::vector<Sequence*> dec;
@@ -671,6 +675,7 @@ bool LLMEngine::step() {
       dec[r]->last_gain = g;
       dec[r]->last_len = static_cast<int>(n);
     }
+    if (opts_.on_rounds) proposed[dec[r]] = {p.tokens, p.confidence};
     keep_first_drafts(p, n);
     obs.drafted += static_cast<int>(n0);
     obs.verified += static_cast<int>(n);
@@ -728,6 +733,7 @@ bool LLMEngine::step() {
   }
 
   // 5. One forward.
+  const auto forward_start = std::chrono::steady_clock::now();
   ForwardOutput out;
   try {
     model_.forward(*kv_, batch, out);
@@ -800,6 +806,27 @@ bool LLMEngine::step() {
       obs.accepted_per_request.push_back(v.accepted);
       emit_tokens(s, toks);
       r.committed = static_cast<int>(s.out->ids().size() - before);
+      if (opts_.on_rounds) {
+        r.index = s.spec.rounds;
+        r.start = start;
+        r.anchor = e.tokens[0];
+        r.confidences = s.prop.confidence;
+        r.verify_len = n_tok;
+        r.next_token = v.next_token;
+        r.tokens = toks;
+        EngineRound er;
+        er.request_id = s.id;
+        er.log_id = s.req.log_id;
+        er.step = step_clock_;
+        auto it = proposed.find(&s);
+        if (it != proposed.end()) {
+          er.drafted_ids = std::move(it->second.first);
+          er.drafted_confidences = std::move(it->second.second);
+        }
+        r.drafted = static_cast<int>(er.drafted_ids.size());
+        er.round = r;
+        rounds.push_back(std::move(er));
+      }
       s.spec.add(r);
     } else {
       obs.prefill_tokens += n_tok;
@@ -835,6 +862,17 @@ bool LLMEngine::step() {
   if (opts_.on_step) {
     obs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     opts_.on_step(obs);
+  }
+  if (opts_.on_rounds && !rounds.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    for (EngineRound& er : rounds) {
+      er.batch = static_cast<int>(rounds.size());
+      er.round.draft_ms = ms(draft_start, forward_start);
+      er.round.verify_ms = ms(forward_start, now);
+      er.step_ms = ms(step_start, now);
+    }
+    opts_.on_rounds(rounds);
   }
   return true;
 }

@@ -78,6 +78,7 @@ struct EngineRequest {
   StopConditions stop;
   int priority = 0;  // higher runs first; equal priorities in arrival order
   RequestCallback on_event;
+  std::string log_id;  // opaque label echoed in EngineRound::log_id (the server: its response id)
 };
 
 // DSparkAsync: the production variant (paper §5.2) — the step's verify budget K comes from
@@ -112,6 +113,25 @@ struct StepObservation {
   double seconds = 0.0;             // wall time of the step
 };
 
+// One speculative round of one request in one step (EngineOptions::on_rounds; what
+// `serve --log-dflash-details` writes). `round` has generate's SpecRound fields: index (the
+// request's round number), start, anchor, draft_ids / confidences (the drafts verified, after
+// the verify policy), drafted (drafts proposed), verify_len (1 + verified drafts), accepted,
+// next_token, tokens, committed (fewer than accepted + 1 when a stop cut the round). The
+// engine drafts and verifies every request in one batch, so the timings are the step's,
+// shared by all its rounds: draft_ms = start of drafting to the forward (drafter pass, verify
+// policy, batch assembly), verify_ms = forward + verification + emission.
+struct EngineRound {
+  uint64_t request_id = 0;          // LLMEngine::submit's id
+  std::string log_id;               // EngineRequest::log_id
+  uint64_t step = 0;                // step() calls so far (the engine's step clock)
+  int batch = 0;                    // requests verified in this step
+  std::vector<int32_t> drafted_ids;  // every draft proposed, before the verify policy
+  std::vector<float> drafted_confidences;  // their confidences (empty without a confidence head)
+  SpecRound round;
+  double step_ms = 0.0;             // wall time of the step
+};
+
 struct EngineOptions {
   int max_running = 16;            // concurrent requests (KV slots)
   int max_model_len = 4096;        // prompt + generated tokens per request
@@ -127,6 +147,9 @@ struct EngineOptions {
   double draft_ms_per_request = 0.0;
   const Tokenizer* tokenizer = nullptr;   // for text and stop strings (may be null)
   std::function<void(const StepObservation&)> on_step;  // optional per-step observer
+  // Optional per-round observer: the step's rounds (one per decoding request), called on the
+  // stepping thread after the step's tokens were emitted (after on_step). Off: no cost.
+  std::function<void(const std::vector<EngineRound>&)> on_rounds;
 
   // Paged KV cache (engine/block_pool.h + model/paged_kv_cache.h). Pool size: kv_num_blocks
   // when > 0; else, when kv_budget_bytes > 0, blocks_for_budget(kv_budget_bytes,
