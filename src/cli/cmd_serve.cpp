@@ -29,6 +29,7 @@
 #include "engine/speculative.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
+#include "server/dflash_log.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/request_log.h"
@@ -66,6 +67,8 @@ struct ServeArgs {
   double drain_timeout = 30.0;
   int http_threads = 128;
   std::string record_requests;
+  std::string log_dflash_details;
+  bool enable_metrics = true, enable_health_check = true;
   // KV pool (engine/block_pool.h)
   int kv_block_size = 16;
   int64_t kv_blocks = 0;
@@ -130,7 +133,7 @@ struct Loaded {
   int max_model_len = 0;
 };
 
-void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics) {
+void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server::DflashDetailsLog* details) {
   std::string model_path = a.model_path, draft_path = a.draft_model_path;
   std::string method = a.spec;
   if (model_path.empty()) {
@@ -249,6 +252,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics) {
   server::ServerMetrics* m = &metrics;
   o.on_step = [m](const StepObservation& obs) { m->observe_step(obs); };
   o.async_prefetch = a.async_prefetch;
+  if (details) o.on_rounds = [details](const std::vector<EngineRound>& rounds) { details->write_step(rounds); };
   L.engine = std::make_unique<LLMEngine>(*L.model, o);
 
   L.settings.window_size = std::max(0, a.window_size);
@@ -295,6 +299,10 @@ int run_serve(const ServeArgs& a) {
 
   std::unique_ptr<server::RequestLog> request_log;
   if (!a.record_requests.empty()) request_log = std::make_unique<server::RequestLog>(a.record_requests);
+  std::unique_ptr<server::DflashDetailsLog> details;
+  if (!a.log_dflash_details.empty()) details = std::make_unique<server::DflashDetailsLog>(a.log_dflash_details);
+  ho.enable_metrics = a.enable_metrics;
+  ho.enable_health_check = a.enable_health_check;
 
   // The limits that depend on the model are known only after the load; the server does
   // not accept completions before then (503 while loading), so it is built after it. To
@@ -303,8 +311,8 @@ int run_serve(const ServeArgs& a) {
   server::ServerMetrics metrics(0);
   server::HttpServer http(ho, metrics);
   http.start();
-  std::fprintf(stderr, "serve: listening on http://%s:%d (loading; /health is 503 until ready)\n", a.host.c_str(),
-               http.port());
+  std::fprintf(stderr, "serve: listening on http://%s:%d (loading; %s)\n", a.host.c_str(), http.port(),
+               a.enable_health_check ? "/health is 503 until ready" : "/health disabled: wait for 'serve: ready'");
 
   // Signal thread: the first SIGTERM/SIGINT starts the drain.
   std::thread signal_thread([&http, sigs] {
@@ -317,7 +325,7 @@ int run_serve(const ServeArgs& a) {
   signal_thread.detach();
 
   Loaded L;
-  load(a, L, metrics);
+  load(a, L, metrics, details.get());
   server::ProtocolLimits limits = ho.limits;
   if (limits.max_prompt_tokens <= 0) limits.max_prompt_tokens = L.max_model_len - 1;
   if (limits.max_tokens_cap <= 0) limits.max_tokens_cap = L.max_model_len - 1;
@@ -422,6 +430,13 @@ Runner register_serve(CLI::App& app) {
       ->check(CLI::Range(0.0, 3600.0));
   sub->add_option("--http-threads", a->http_threads, "Connections served at once")->check(CLI::Range(1, 4096));
   sub->add_option("--record-requests", a->record_requests, "Append one JSON line per finished request to FILE");
+  sub->add_option("--log-dflash-details", a->log_dflash_details,
+                  "Append one JSON line per speculative round (request id, drafts, confidences, verify length, "
+                  "accepted, timings) to FILE");
+  sub->add_flag("--enable-metrics,!--disable-metrics", a->enable_metrics,
+                "Serve GET /metrics (default on; --enable-metrics=false or --disable-metrics: 404)");
+  sub->add_flag("--enable-health-check,!--disable-health-check", a->enable_health_check,
+                "Serve GET /health (default on; --enable-health-check=false or --disable-health-check: 404)");
   sub->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block")->check(CLI::Range(1, 4096));
   sub->add_option("--kv-blocks", a->kv_blocks, "KV blocks in the pool (default: max-running full-length requests)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

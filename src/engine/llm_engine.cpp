@@ -486,10 +486,15 @@ void LLMEngine::finish(Sequence& s, const std::string& reason, const std::string
   if (s.req.on_event) s.req.on_event(ev);
 }
 
-void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids) {
+void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRound* round) {
+  const size_t before = s.out->ids().size();
   for (int32_t id : ids) {
     s.step_ids.push_back(id);
     if (s.out->push(id)) break;
+  }
+  if (round) {
+    round->committed = static_cast<int>(s.out->ids().size() - before);
+    s.spec.add(*round);
   }
   if (s.out->done()) {
     finish(s, s.out->finish_reason());
@@ -525,6 +530,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   constexpr int kFirstProbes = 4;
   int first_probes = 0;
   if (!is_dspark_policy(opts_.policy) || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
+  ++choice_clock_;
   const int R = static_cast<int>(dec.size());
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
   std::vector<double> est(dec.size());
@@ -564,12 +570,12 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   const double t_step = t_verify(R);
   const double t_probe = opts_.draft_ms_per_request + std::max(0.0, t_verify(R + max_drafts_) - t_step);
   const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
-  if (k < static_cast<int>(order.size()) && step_clock_ >= last_probe_step_ + probe_gap) {
+  if (k < static_cast<int>(order.size()) && choice_clock_ >= last_probe_ + probe_gap) {
     size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
     for (size_t j = static_cast<size_t>(k); j < order.size(); ++j)
       if (dec[static_cast<size_t>(order[j])]->skipped > dec[pick]->skipped) pick = static_cast<size_t>(order[j]);
     yes[pick] = true;
-    last_probe_step_ = step_clock_;
+    last_probe_ = choice_clock_;
   }
   for (int i = 0; i < R; ++i) {
     Sequence* s = dec[static_cast<size_t>(i)];
@@ -632,6 +638,11 @@ bool LLMEngine::step() {
   make_room_for_decoding();
   if (running_.empty()) {
     if (async_sched_) async_sched_->reset();  // a new batch starts without budget history
+    // Nor with the drafting choice's population estimate: a request alone decides from its
+    // own history only, so a seeded sampled request alone is reproducible.
+    pop_gain_ = pop_len_ = 0.0;
+    pop_measured_ = 0;
+    choice_clock_ = last_probe_ = 0;
     defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = 0;
@@ -642,6 +653,10 @@ bool LLMEngine::step() {
   }
   StepObservation obs;
   const int V = model_.config().vocab_size;
+  // on_rounds: the step's rounds, and what each request proposed before the verify policy.
+  const auto draft_start = std::chrono::steady_clock::now();
+  std::vector<EngineRound> rounds;
+  std::map<const Sequence*, std::pair<std::vector<int32_t>, std::vector<float>>> proposed;
 
   // 3. Drafting for every request past its prefill, then the verify policy.
   std::vector<Sequence*> dec;
@@ -786,6 +801,7 @@ bool LLMEngine::step() {
       pop_len_ += w * (static_cast<double>(n) - pop_len_);
       ++pop_measured_;
     }
+    if (opts_.on_rounds) proposed[ver[r]] = {p.tokens, p.confidence};
     keep_first_drafts(p, n);
     obs.drafted += static_cast<int>(n0);
     obs.verified += static_cast<int>(n);
@@ -844,6 +860,7 @@ bool LLMEngine::step() {
 
   // 5. One forward.
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
+  const auto forward_start = std::chrono::steady_clock::now();
   ForwardOutput out;
   if (!batch.entries.empty()) {
     try {
@@ -908,7 +925,6 @@ bool LLMEngine::step() {
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
       }
       s.anchor = v.next_token;
-      const size_t before = s.out->ids().size();
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.accepted_draft_tokens += static_cast<uint64_t>(v.accepted);
@@ -917,9 +933,32 @@ bool LLMEngine::step() {
       obs.decoding++;
       obs.verified_per_request.push_back(static_cast<int>(s.prop.tokens.size()));
       obs.accepted_per_request.push_back(v.accepted);
-      emit_tokens(s, toks);
-      r.committed = static_cast<int>(s.out->ids().size() - before);
-      s.spec.add(r);
+      r.index = s.spec.rounds;
+      if (opts_.on_rounds) {
+        r.start = start;
+        r.anchor = e.tokens[0];
+        r.confidences = s.prop.confidence;
+        r.verify_len = n_tok;
+        r.next_token = v.next_token;
+        r.tokens = toks;
+      }
+      // The round joins the request's statistics before the tokens go out: the last one
+      // may finish the request, whose final event carries the statistics.
+      emit_tokens(s, toks, &r);
+      if (opts_.on_rounds) {
+        EngineRound er;
+        er.request_id = s.id;
+        er.log_id = s.req.log_id;
+        er.step = step_clock_;
+        auto it = proposed.find(&s);
+        if (it != proposed.end()) {
+          er.drafted_ids = std::move(it->second.first);
+          er.drafted_confidences = std::move(it->second.second);
+        }
+        r.drafted = static_cast<int>(er.drafted_ids.size());
+        er.round = r;
+        rounds.push_back(std::move(er));
+      }
     } else {
       obs.prefill_tokens += n_tok;
       if (s.draft) {
@@ -963,6 +1002,17 @@ bool LLMEngine::step() {
   if (opts_.on_step) {
     obs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     opts_.on_step(obs);
+  }
+  if (opts_.on_rounds && !rounds.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    for (EngineRound& er : rounds) {
+      er.batch = static_cast<int>(rounds.size());
+      er.round.draft_ms = ms(draft_start, forward_start);
+      er.round.verify_ms = ms(forward_start, now);
+      er.step_ms = ms(step_start, now);
+    }
+    opts_.on_rounds(rounds);
   }
   return true;
 }

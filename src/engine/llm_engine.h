@@ -79,6 +79,7 @@ struct EngineRequest {
   StopConditions stop;
   int priority = 0;  // higher runs first; equal priorities in arrival order
   RequestCallback on_event;
+  std::string log_id;  // opaque label echoed in EngineRound::log_id (the server: its response id)
 };
 
 // DSparkAsync: the production variant (paper §5.2) — the step's verify budget K comes from
@@ -117,6 +118,25 @@ struct StepObservation {
   double seconds = 0.0;             // wall time of the step
 };
 
+// One speculative round of one request in one step (EngineOptions::on_rounds; what
+// `serve --log-dflash-details` writes). `round` has generate's SpecRound fields: index (the
+// request's round number), start, anchor, draft_ids / confidences (the drafts verified, after
+// the verify policy), drafted (drafts proposed), verify_len (1 + verified drafts), accepted,
+// next_token, tokens, committed (fewer than accepted + 1 when a stop cut the round). The
+// engine drafts and verifies every request in one batch, so the timings are the step's,
+// shared by all its rounds: draft_ms = start of drafting to the forward (drafter pass, verify
+// policy, batch assembly), verify_ms = forward + verification + emission.
+struct EngineRound {
+  uint64_t request_id = 0;          // LLMEngine::submit's id
+  std::string log_id;               // EngineRequest::log_id
+  uint64_t step = 0;                // step() calls so far (the engine's step clock)
+  int batch = 0;                    // requests verified in this step
+  std::vector<int32_t> drafted_ids;  // every draft proposed, before the verify policy
+  std::vector<float> drafted_confidences;  // their confidences (empty without a confidence head)
+  SpecRound round;
+  double step_ms = 0.0;             // wall time of the step
+};
+
 struct EngineOptions {
   int max_running = 16;            // concurrent requests (KV slots)
   int max_model_len = 4096;        // prompt + generated tokens per request
@@ -132,6 +152,9 @@ struct EngineOptions {
   double draft_ms_per_request = 0.0;
   const Tokenizer* tokenizer = nullptr;   // for text and stop strings (may be null)
   std::function<void(const StepObservation&)> on_step;  // optional per-step observer
+  // Optional per-round observer: the step's rounds (one per decoding request), called on the
+  // stepping thread after the step's tokens were emitted (after on_step). Off: no cost.
+  std::function<void(const std::vector<EngineRound>&)> on_rounds;
 
   // Paged KV cache (engine/block_pool.h + model/paged_kv_cache.h). Pool size: kv_num_blocks
   // when > 0; else, when kv_budget_bytes > 0, blocks_for_budget(kv_budget_bytes,
@@ -247,7 +270,10 @@ class LLMEngine {
   void warm_up();
   void defrag_if_idle();
   void finish(Sequence& s, const std::string& reason, const std::string& error = {});
-  void emit_tokens(Sequence& s, const std::vector<int32_t>& ids);
+  // Pushes ids through the request's OutputStream and out through its callback (finishing
+  // it when the stream ends). A verify round is first added to the request's statistics,
+  // with the tokens the stream took as committed.
+  void emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRound* round = nullptr);
   // Which decoding requests get a drafter pass this step (see llm_engine.cpp).
   std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec);
   // One batched drafter pass: commits the owners' pending context rows, proposes their
@@ -277,10 +303,11 @@ class LLMEngine {
   std::unique_ptr<AsyncPrefixScheduler> async_sched_;  // DSparkAsync: its two-step budget history
   bool async_prefetch_ = false;       // runtime_.async_prefetch as applied (stepping thread)
   // choose_drafting: the running mean of measured gains / verify lengths (the estimate of
-  // requests not measured yet), how many were measured, the step of the last re-probe.
+  // requests not measured yet), how many were measured, its calls and the call of the last
+  // re-probe (all reset when the engine goes idle).
   double pop_gain_ = 0.0, pop_len_ = 0.0;
   uint64_t pop_measured_ = 0;
-  uint64_t last_probe_step_ = 0;
+  uint64_t choice_clock_ = 0, last_probe_ = 0;
   std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 
   mutable std::mutex mu_;  // inbox, cancellations, stats snapshot

@@ -2,10 +2,16 @@
 // SIGTERM drain (see http_server.h for the data flow).
 #include "server/http_server.h"
 
+#include <dirent.h>
 #include <httplib.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 #include "core/error.h"
@@ -38,6 +44,63 @@ bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
   return diff == 0 && !b.empty();
+}
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+// The connection socket of a request. cpp-httplib 0.11 gives a handler neither its socket
+// nor a close notification, so the socket is found among the process's open descriptors by
+// its addresses: local port = the request's, peer = the request's remote address and port,
+// converted as httplib does (getnameinfo, numeric). That pair is unique among the open TCP
+// connections, and the socket stays open (owned by this request's worker) until the
+// handler returns. -1 when none matches.
+int connection_socket(const httplib::Request& req) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (const dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof local, peer_len = sizeof peer;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
+    if (req.local_port > 0 && port_of(local) != req.local_port) continue;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
+    if (port_of(peer) != req.remote_port) continue;
+    char host[NI_MAXHOST];
+    if (getnameinfo(reinterpret_cast<const sockaddr*>(&peer), peer_len, host, sizeof host, nullptr, 0,
+                    NI_NUMERICHOST) != 0 ||
+        req.remote_addr != host)
+      continue;
+    found = static_cast<int>(fd);
+    break;
+  }
+  closedir(d);
+  return found;
+}
+
+// Whether the peer closed (FIN: recv returns 0) or reset the connection. Bytes waiting
+// (a pipelined request) or none yet mean it is still there. Never blocks or consumes.
+bool peer_closed(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n == 0) return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+// GET handler of an endpoint switched off by its flag: 404 naming the flag.
+auto disabled_endpoint(ServerMetrics& metrics, std::string what, std::string flag) {
+  return [&metrics, what = std::move(what), flag = std::move(flag)](const httplib::Request&, httplib::Response& res) {
+    metrics.count_rejected(404);
+    send_error(res, ApiError(404, what + ": disabled by " + flag + "=false (the server was started without it)", {},
+                             "endpoint_disabled"));
+  };
 }
 
 }  // namespace
@@ -145,11 +208,14 @@ void HttpServer::install_routes() {
     send_error(res, ApiError(500, what, {}, {}, "server_error"));
   });
 
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) return send_json(res, {{"status", "draining"}}, 503);
-    if (!ready_) return send_json(res, {{"status", "loading"}}, 503);
-    send_json(res, {{"status", "ok"}});
-  });
+  if (opts_.enable_health_check)
+    s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+      if (draining_) return send_json(res, {{"status", "draining"}}, 503);
+      if (!ready_) return send_json(res, {{"status", "loading"}}, 503);
+      send_json(res, {{"status", "ok"}});
+    });
+  else
+    s.Get("/health", disabled_endpoint(metrics_, "GET /health", "--enable-health-check"));
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, models_json(opts_.limits.model_id, started_unix_));
   });
@@ -157,9 +223,12 @@ void HttpServer::install_routes() {
          [this](const httplib::Request& req, httplib::Response& res) { handle_completion(true, req, res); });
   s.Post("/v1/completions",
          [this](const httplib::Request& req, httplib::Response& res) { handle_completion(false, req, res); });
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(backend_.engine->stats(), opts_.limits.model_id), "text/plain; version=0.0.4");
-  });
+  if (opts_.enable_metrics)
+    s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.render(backend_.engine->stats(), opts_.limits.model_id), "text/plain; version=0.0.4");
+    });
+  else
+    s.Get("/metrics", disabled_endpoint(metrics_, "GET /metrics", "--enable-metrics"));
   s.Get("/api/v1/cache/stats", [this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json j = metrics_.cache_stats_json(backend_.engine->stats());
     // The longest prefixes the cache holds, with the start of their text (dsinfer cache-stats).
@@ -221,6 +290,7 @@ std::shared_ptr<HttpServer::Exchange> HttpServer::submit(bool chat, const Comple
   er.sampling.seed = r.seed_given ? r.seed : next_id_.load() * 0x9E3779B97F4A7C15ull;
   er.stop.max_tokens = r.max_tokens;
   er.stop.stop_strings = r.stop;
+  er.log_id = x->id;  // --log-dflash-details names rounds by the response id
   if (!r.ignore_eos) er.stop.stop_ids = backend_.stop_ids;
   Exchange* raw = x.get();
   er.on_event = [this, raw](const RequestEvent& ev) {
@@ -338,8 +408,32 @@ void HttpServer::handle_completion(bool chat, const httplib::Request& hreq, http
   }
 
   if (!x->req.stream) {
+    // Waits for the final event in short slices; between them, a client that closed its
+    // connection cancels the request (its KV is freed at the next step; counted as
+    // "disconnected"). The socket is looked up only when the first slice passes, so short
+    // requests never pay for it.
+    int fd = -2;  // -2: not looked up yet; -1: not found (the request then runs to its end)
     std::unique_lock<std::mutex> lock(x->mu);
-    x->cv.wait(lock, [&] { return x->finished; });
+    while (!x->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return x->finished; })) {
+      if (x->disconnected) continue;  // cancelled; the final event follows at the next step
+      if (fd == -2) {
+        fd = connection_socket(hreq);
+        if (fd < 0) {
+          static std::atomic<bool> warned{false};
+          if (!warned.exchange(true))
+            std::fprintf(stderr, "serve: warning: connection socket of %s:%d not found: a non-streaming request "
+                                 "whose client goes away runs to its end\n",
+                         hreq.remote_addr.c_str(), hreq.remote_port);
+        }
+      }
+      if (fd < 0 || !peer_closed(fd)) continue;
+      x->disconnected = true;
+      lock.unlock();
+      backend_.engine->cancel(x->engine_id);
+      lock.lock();
+    }
+    if (x->disconnected && x->finish_reason == "cancelled")  // nobody reads this answer
+      return send_error(res, ApiError(400, "client closed the connection: request cancelled"));
     if (x->finish_reason == "error")
       return send_error(res, ApiError(500, "generation failed: " + x->error, {}, {}, "server_error"));
     if (x->finish_reason == "cancelled")

@@ -6,7 +6,9 @@
 //   input, never reaching the engine) -> LLMEngine::submit with a callback ->
 //   engine stepping thread: events (new text, then the final one) go into the request's
 //   Exchange (mutex + condition variable; the callback never blocks) ->
-//   worker thread: non-streaming waits for the final event and writes one JSON body;
+//   worker thread: non-streaming waits for the final event in 100 ms slices, checking between
+//   them that the client's socket is still open (a closed one cancels the engine request,
+//   which frees its KV at the next step), then writes one JSON body;
 //   streaming writes each piece as an SSE chunk, then the finish chunk, the usage chunk
 //   (stream_options.include_usage) and `data: [DONE]`. A failed write (client gone) ends
 //   the response and cancels the engine request, which frees its KV at the next step.
@@ -51,6 +53,9 @@ struct HttpOptions {
   size_t max_body_bytes = 1 << 20;
   double drain_timeout_s = 30.0;
   int http_threads = 128;          // concurrent connections served (more wait in the accept queue)
+  // --enable-metrics / --enable-health-check: false replaces GET /metrics or GET /health by a
+  // 404 naming the flag (the metrics are still kept: /api/v1/cache/stats reads them).
+  bool enable_metrics = true, enable_health_check = true;
   ProtocolLimits limits;
 };
 

@@ -3,7 +3,7 @@
 # embedded model set, waits for GET /health = 200, runs tests/server/<name>.mjs against it
 # (node; the openai_client test first installs the pinned `openai` npm package into the
 # git-ignored tests/data/external/npm-openai/), then sends SIGTERM and requires exit 0.
-# Usage: run_server_test.sh NAME DSINFER_BIN. Exit 77 (ctest: skipped) when node, or for
+# Per-test server flags are in the case below. Usage: run_server_test.sh NAME DSINFER_BIN. Exit 77 (ctest: skipped) when node, or for
 # the promtool test promtool, is missing.
 set -euo pipefail
 name=$1
@@ -25,8 +25,12 @@ if [[ $name == openai_client ]]; then
   fi
 fi
 
-# GET URL == 200? (node's fetch: no curl needed)
-healthy() { node -e 'fetch(process.argv[1]).then((r) => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))' "$1"; }
+# GET URL == 200? (node's fetch: no curl needed). With /health disabled (endpoint_flags)
+# readiness is the server's "serve: ready" line instead.
+healthy() {
+  if [[ $name == endpoint_flags ]]; then grep -q '^serve: ready' "$work/server.log"; return; fi
+  node -e 'fetch(process.argv[1]).then((r) => process.exit(r.status === 200 ? 0 : 1), () => process.exit(1))' "$1"
+}
 
 work=$(mktemp -d)
 trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -36,6 +40,9 @@ case $name in
   errors) args+=(--api-key test-key --max-body-bytes 65536 --max-prompt-tokens 1000) ;;
   load) args+=(--max-running 16) ;;
   sigterm) args+=(--drain-timeout 60 --max-running 8) ;;
+  promtool) args+=(--max-running 8 --enable-metrics --enable-health-check=true) ;;
+  dflash_log) args+=(--max-running 8 --log-dflash-details "$work/dflash.jsonl"); export DFLASH_LOG="$work/dflash.jsonl" ;;
+  endpoint_flags) args+=(--max-running 8 --disable-metrics --enable-health-check=false) ;;
   *) args+=(--max-running 8) ;;
 esac
 "$bin" "${args[@]}" >"$work/server.log" 2>&1 &

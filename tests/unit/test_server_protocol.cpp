@@ -1,11 +1,17 @@
 // Server floor unit tests: OpenAI request parsing and validation (every refusal names its
 // parameter with the right status), prompt rendering limits, response / chunk shapes,
-// hot-reload settings validation, and the Prometheus exposition of step observations.
+// hot-reload settings validation, the Prometheus exposition of step observations, the
+// --log-dflash-details line format, and serve's start-up refusals of a bad log path and a bad
+// --enable-metrics / --enable-health-check value.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_helpers.h"
+#include "server/dflash_log.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/runtime_config.h"
@@ -271,4 +277,61 @@ TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
   has("dsinfer_time_to_first_token_seconds_count 1");
   has("dsinfer_e2e_request_latency_seconds_count 2");
   EXPECT_NE(text.find("model=\"model\\\"x\""), std::string::npos);  // label value escaped
+}
+
+TEST(ServerDflashLog, LineHasGenerateFieldsAndTheRequest) {
+  EngineRound r;
+  r.request_id = 7;
+  r.log_id = "chatcmpl-1-2";
+  r.step = 42;
+  r.batch = 3;
+  r.drafted_ids = {5, 6, 7};
+  r.drafted_confidences = {0.9f, std::numeric_limits<float>::quiet_NaN(), 0.25f};
+  r.round.index = 2;
+  r.round.start = 10;
+  r.round.anchor = 4;
+  r.round.draft_ids = {5, 6};
+  r.round.confidences = {0.9f, 0.5f};
+  r.round.drafted = 3;
+  r.round.verify_len = 3;
+  r.round.accepted = 1;
+  r.round.next_token = 9;
+  r.round.committed = 2;
+  r.round.draft_ms = 1.5;
+  r.round.verify_ms = 2.5;
+  r.step_ms = 4.5;
+  const json j = json::parse(engine_round_json(r));
+  EXPECT_EQ(j.at("request_id"), "chatcmpl-1-2");
+  EXPECT_EQ(j.at("engine_request_id"), 7);
+  EXPECT_EQ(j.at("step"), 42);
+  EXPECT_EQ(j.at("batch"), 3);
+  EXPECT_EQ(j.at("round"), 2);
+  EXPECT_EQ(j.at("start"), 10);
+  EXPECT_EQ(j.at("anchor"), 4);
+  EXPECT_EQ(j.at("draft_ids"), json({5, 6}));
+  EXPECT_EQ(j.at("confidences").size(), 2u);
+  EXPECT_EQ(j.at("drafted"), 3);
+  EXPECT_EQ(j.at("verify_len"), 3);
+  EXPECT_EQ(j.at("accepted"), 1);
+  EXPECT_EQ(j.at("next_token"), 9);
+  EXPECT_EQ(j.at("committed"), 2);
+  EXPECT_DOUBLE_EQ(j.at("draft_ms").get<double>(), 1.5);
+  EXPECT_DOUBLE_EQ(j.at("verify_ms").get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(j.at("step_ms").get<double>(), 4.5);
+  EXPECT_EQ(j.at("drafted_ids"), json({5, 6, 7}));
+  EXPECT_TRUE(j.at("drafted_confidences")[1].is_null());  // not finite
+  r.log_id.clear();  // the warm-up request
+  EXPECT_TRUE(json::parse(engine_round_json(r)).at("request_id").is_null());
+}
+
+TEST(ServerDflashLog, ServeRefusesBadPathsAndFlagValuesAtStartUp) {
+  const auto r = dsinfer_test::run_dsinfer({"serve", "--port", "0", "--log-dflash-details", "/nonexistent/dir/x.jsonl"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--log-dflash-details"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  for (const char* flag : {"--enable-metrics=maybe", "--enable-health-check=maybe"}) {
+    const auto b = dsinfer_test::run_dsinfer({"serve", "--port", "0", flag});
+    EXPECT_NE(b.exit_code, 0) << flag;
+    EXPECT_NE(b.err.find(std::string(flag).substr(0, std::string(flag).find('='))), std::string::npos) << b.err;
+  }
 }
