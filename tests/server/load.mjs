@@ -111,5 +111,9 @@ assert.ok(delta('dsinfer_requests_total{outcome="disconnected"}') >= 1, 'disconn
 assert.equal(after.dsinfer_kv_blocks_used, 0, 'KV blocks back to idle');
 assert.equal(after.dsinfer_requests_running, 0);
 assert.ok(rss2 <= rss1 * 1.1 + 16 * 1024, `RSS grew: ${rss1} KiB -> ${rss2} KiB`);
+// server.load_async: the same load with --dflash-enable-async-prefetch (drafts of one cohort
+// proposed on the drafter thread during the other's forward, cancellations in between).
+if (process.env.EXPECT_PREFETCH === '1')
+  assert.ok(delta('dsinfer_async_prefetch_passes_total') > 0, 'async prefetch passes ran');
 console.log(`load test: ok (2 x ${CLIENTS} clients, ${delta('dsinfer_requests_total{outcome="disconnected"}')} ` +
   `disconnected; rounds ${r1.seconds.toFixed(1)} s / ${r2.seconds.toFixed(1)} s (noisy); RSS ${rss1} -> ${rss2} KiB)`);

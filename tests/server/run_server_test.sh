@@ -39,6 +39,7 @@ case $name in
   openai_client) args+=(--api-key test-key --record-requests "$work/requests.jsonl"); export RECORD_FILE="$work/requests.jsonl" ;;
   errors) args+=(--api-key test-key --max-body-bytes 65536 --max-prompt-tokens 1000) ;;
   load) args+=(--max-running 16) ;;
+  load_async) args+=(--max-running 16 --dflash-enable-async-prefetch); export EXPECT_PREFETCH=1 ;;
   sigterm) args+=(--drain-timeout 60 --max-running 8) ;;
   promtool) args+=(--max-running 8 --enable-metrics --enable-health-check=true) ;;
   dflash_log) args+=(--max-running 8 --log-dflash-details "$work/dflash.jsonl"); export DFLASH_LOG="$work/dflash.jsonl" ;;
@@ -57,7 +58,9 @@ done
 healthy "http://127.0.0.1:$port/health" || { cat "$work/server.log"; echo "server not ready"; exit 1; }
 
 rc=0
-node "$here/$name.mjs" "http://127.0.0.1:$port" "$pid" || rc=$?
+script=$name
+[[ $name == load_async ]] && script=load  # the load test, with async prefetch on
+node "$here/$script.mjs" "http://127.0.0.1:$port" "$pid" || rc=$?
 kill -TERM $pid 2>/dev/null || true
 src=0
 wait $pid || src=$?
