@@ -8,8 +8,9 @@
 //    it; some requests were preempted;
 //  - the pool's invariants hold every few steps, and at the end every block is back
 //    (free or an idle cache entry).
-// Plain decoding and the n-gram drafter (speculation with rollbacks). Size: 200 requests
-// (100 per mode); DSINFER_SOAK_REQUESTS=2000 runs the full soak.
+// Plain decoding, the n-gram drafter (speculation with rollbacks), and the n-gram drafter
+// with async prefetch (its passes on the DraftWorker thread). Size: 300 requests (100 per
+// mode); DSINFER_SOAK_REQUESTS=2000 runs the full soak.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -50,7 +51,7 @@ Model& tiny_model() {
   return *model;
 }
 
-void soak(const Drafter* drafter, int n, uint32_t seed, const std::string& what) {
+void soak(const Drafter* drafter, int n, uint32_t seed, const std::string& what, bool async_prefetch = false) {
   Model& model = tiny_model();
   const int V = model.config().vocab_size;
   std::mt19937 rng(seed);
@@ -82,6 +83,7 @@ void soak(const Drafter* drafter, int n, uint32_t seed, const std::string& what)
   o.shard_count = 3;
   o.enable_cache_defrag = true;
   o.drafter = drafter;
+  o.async_prefetch = async_prefetch;  // drafter passes on the DraftWorker thread
   LLMEngine engine(model, o);
 
   std::map<uint64_t, size_t> index;
@@ -160,4 +162,13 @@ TEST(PagedEngineSoak, NgramSpeculationUnderKVPressure) {
   no.max_draft_tokens = 4;
   const NgramDrafter ngram(no);
   soak(&ngram, soak_requests() - soak_requests() / 2, 2, "ngram");
+}
+
+TEST(PagedEngineSoak, NgramAsyncPrefetchUnderKVPressure) {
+  // The drafter thread proposes for one cohort while the forward, cancellations,
+  // preemptions and defrags happen on the stepping thread (ASan in CI).
+  NgramOptions no;
+  no.max_draft_tokens = 4;
+  const NgramDrafter ngram(no);
+  soak(&ngram, soak_requests() / 2, 3, "ngram async prefetch", true);
 }
