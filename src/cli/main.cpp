@@ -1,15 +1,82 @@
 // dsinfer: the single binary. Dispatches to the subcommands registered in commands.h.
 // Any dsinfer::Error escaping a subcommand becomes one line on stderr and exit code 1.
+// A command line CLI11 rejects (unknown flag, bad or missing value, missing required flag)
+// becomes one line too, "dsinfer: error: SUBCOMMAND: --FLAG: what is wrong (see ... --help)",
+// and exit code 2; --help / --version print to stdout and exit 0.
 #include <CLI/CLI.hpp>
 #include <malloc.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
+
+namespace {
+
+// CLI11's message for a rejected command line, as one line that starts with the flag when
+// CLI11 names one ("--url is required" -> "--url: required"; "The following argument was
+// not expected: --bogus" -> "--bogus: unknown flag").
+std::string one_line_parse_error(const CLI::ParseError& e, bool at_root, int argc, char** argv) {
+  std::string msg = e.what();
+  for (char& c : msg)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!msg.empty() && msg.back() == ' ') msg.pop_back();
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    // The unexpected words, in command-line order (CLI11 lists them in reverse).
+    const size_t colon = msg.find(": ");
+    std::istringstream words(colon == std::string::npos ? msg : msg.substr(colon + 2));
+    std::vector<std::string> extras;
+    for (std::string w; words >> w;) extras.push_back(w);
+    const auto position = [&](const std::string& w) {
+      for (int i = 1; i < argc; ++i)
+        if (w == argv[i]) return i;
+      return argc;
+    };
+    std::stable_sort(extras.begin(), extras.end(),
+                     [&](const std::string& x, const std::string& y) { return position(x) < position(y); });
+    std::string flags, others;
+    int nflags = 0;
+    for (const std::string& w : extras) {
+      if (w.size() > 1 && w[0] == '-' && !std::isdigit(static_cast<unsigned char>(w[1])) && w[1] != '.') {
+        flags += (nflags++ ? ", " : "") + w;  // an unknown flag; words after it are its value
+      } else {
+        others += (others.empty() ? "" : " ") + w;
+      }
+    }
+    if (nflags) return flags + (nflags > 1 ? ": unknown flags" : ": unknown flag");
+    if (at_root) return extras.empty() ? msg : extras[0] + ": unknown command";
+    return others + (extras.size() > 1 ? ": unexpected arguments" : ": unexpected argument");
+  }
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
+    // "--concurrency: 1 required TEXT missing" (the flag given last, without its value).
+    std::istringstream in(msg);
+    std::string flag, n, req, type, missing, more;
+    if (in >> flag >> n >> req >> type >> missing && !(in >> more) && flag.size() > 2 && flag[0] == '-' &&
+        flag.back() == ':' && req == "required" && missing == "missing")
+      return flag + " needs a value (" + type + ")";
+  }
+  if (dynamic_cast<const CLI::RequiredError*>(&e)) {
+    if (msg == "A subcommand is required") {
+      // `dsinfer frobnicate`, `dsinfer --bogus`: CLI11 reports the missing command first.
+      if (at_root && argc > 1) return std::string(argv[1]) + (argv[1][0] == '-' ? ": unknown flag" : ": unknown command");
+      return "a command is required";
+    }
+    const std::string suffix = " is required";
+    if (msg.size() > suffix.size() && msg.compare(msg.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        msg[0] == '-' && msg.find(' ') == msg.size() - suffix.size())
+      return msg.substr(0, msg.size() - suffix.size()) + ": required";
+  }
+  return msg;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Per-step buffers (logits of a verify block, draft logits, activations) are a few hundred
@@ -42,8 +109,18 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_cache_stats);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --help-all, --version: printed on stdout, exit 0
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // The subcommand is argv[1]: the root app has no options but --help and --version.
+    std::string where;
+    for (auto& [sub, run] : runners)
+      if (argc > 1 && sub->get_name() == argv[1]) where = sub->get_name();
+    const std::string line = one_line_parse_error(e, where.empty(), argc, argv);
+    const std::string help = where.empty() ? "dsinfer --help" : "dsinfer " + where + " --help";
+    std::fprintf(stderr, "dsinfer: error: %s%s (see %s)\n", where.empty() ? "" : (where + ": ").c_str(), line.c_str(),
+                 help.c_str());
+    return 2;
   }
   try {
     for (auto& [sub, run] : runners)

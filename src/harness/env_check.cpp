@@ -257,7 +257,10 @@ Assessment assess(const SystemInfo& sys, const ModelCheck* m, double prealloc_ra
       if (!m->tokenizer_ok) fail(m->dir + "/tokenizer.json: " + (m->error.empty() ? "not found" : m->error));
       else if (m->chat_template == "none") minus(5, "no known chat template: /v1/chat/completions will refuse requests");
       if (m->weight_bytes > sys.mem_available) fail("weights (" + gib(m->weight_bytes) + ") exceed the available memory (" + gib(sys.mem_available) + ")");
-      if (!m->drafter_found) minus(15, "no drafter: plain decoding only (pass --draft-model-path)");
+      // A --draft-model-path that does not exist is a wrong command line (serve exits on it), not
+      // a finding about the model: fatal. A drafter that exists but does not fit is a deduction.
+      if (!m->drafter_found && !m->drafter_error.empty()) fail("--draft-model-path: " + m->drafter_error);
+      else if (!m->drafter_found) minus(15, "no drafter: plain decoding only (pass --draft-model-path)");
       else if (!m->drafter_compatible) minus(20, "drafter not usable: " + m->drafter_error);
       else {
         if (!m->confidence_head) minus(5, "drafter has no confidence head: no DSpark scheduling (fixed-length verification)");

@@ -1,6 +1,6 @@
 // Harness commands end to end, through the built binary (DSINFER_BIN), no mocks:
 // - every command with an unreachable URL, a missing file or a bad flag: one clear line on
-//   stderr and a non-zero exit;
+//   stderr and a non-zero exit (bad flags: for serve and generate too, exit 2, --help still 0);
 // - check-env on the embedded model (can run, exit 0) and on a broken directory (exit 1);
 // - a real `dsinfer serve` on the embedded model (free loopback port, --record-requests):
 //   bench with a few small requests (reports written, server figures scraped), cache-stats,
@@ -107,13 +107,77 @@ TEST(HarnessCli, UnreachableUrlMissingFileAndBadFlags) {
   expect_one_line_error(run_dsinfer({"bench", "--url", "http://127.0.0.1:1", "--concurrency", "1,x"}), "--concurrency");
   expect_one_line_error(run_dsinfer({"bench"}), "--url: required");
   expect_one_line_error(run_dsinfer({"check-env", "--model-path", dir + "/no-model"}), "config.json: not found");
-  // Flags CLI11 rejects: non-zero exit and the flag named (CLI11's own two-line message).
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"bench", "--bogus"}, {"tune", "--requests", log, "--objective", "speed"}, {"cache-stats"}, {"check-env", "--nope"}}) {
-    const auto r = run_dsinfer(args);
-    EXPECT_NE(r.exit_code, 0) << args[1];
-    EXPECT_FALSE(r.err.empty());
+  // Missing files of the other commands.
+  expect_one_line_error(run_dsinfer({"check-env", "--model-path", kEmbedded + "/target", "--draft-model-path",
+                                     dir + "/no-drafter"}),
+                        "no-drafter");
+  expect_one_line_error(run_dsinfer({"bench", "--compare", "--model-path", dir + "/no-model", "--modes", "plain",
+                                     "--out-dir", dir, "--no-progress"}),
+                        "no-model");
+  expect_one_line_error(run_dsinfer({"tune", "--requests", log, "--model-path", dir + "/no-model", "--budget", "0.2",
+                                     "--out-dir", dir + "/tune", "--no-progress"}),
+                        "no-model");
+  // Unreachable URL, with --url spelled correctly but nothing listening, for the commands that take one.
+  expect_one_line_error(run_dsinfer({"bench", "--url", "http://127.0.0.1:1", "--preset", "code", "--out-dir", dir}),
+                        "127.0.0.1:1");
+}
+
+// A command line the parser rejects (unknown flag, bad or missing value, missing required
+// flag, unknown command): exactly one line on stderr, "dsinfer: error: COMMAND: ...", naming
+// the flag, exit code 2; --help prints the command's flags on stdout and exits 0.
+TEST(HarnessCli, BadFlagsGiveOneLineForEveryCommand) {
+  const std::string dir = dsinfer_test::make_temp_dir("harness_cli_flags");
+  const std::string log = dir + "/log.jsonl";
+  std::ofstream(log) << "{\"prompt\": \"hi\"}\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;  // what the one line must contain
+  };
+  const std::vector<Case> cases = {
+      {{"bench", "--bogus"}, "bench: --bogus: unknown flag"},
+      {{"bench", "--url", "http://127.0.0.1:1", "--concurrency"}, "bench: --concurrency: "},
+      {{"bench", "--url", "http://127.0.0.1:1", "--preset", "poetry"}, "bench: --preset: "},
+      {{"bench", "--url", "http://127.0.0.1:1", "--num-prompts", "0"}, "bench: --num-prompts: "},
+      {{"bench", "--url", "http://127.0.0.1:1", "--max-tokens", "many"}, "bench: --max-tokens: "},
+      {{"bench", "--url", "http://127.0.0.1:1", "stray"}, "bench: stray: unexpected argument"},
+      {{"tune"}, "tune: --requests: required"},
+      {{"tune", "--requests", log, "--objective", "speed"}, "tune: --objective: "},
+      {{"tune", "--requests", log, "--trials", "zero"}, "tune: --trials: "},
+      {{"tune", "--requests", log, "--window"}, "tune: --window: unknown flag"},
+      {{"check-env", "--nope"}, "check-env: --nope: unknown flag"},
+      {{"check-env", "--cache-prealloc-ratio", "2"}, "check-env: --cache-prealloc-ratio: "},
+      {{"cache-stats"}, "cache-stats: --url: required"},
+      {{"cache-stats", "--url", "http://127.0.0.1:1", "--fragmentation"}, "cache-stats: --fragmentation: unknown flag"},
+      {{"serve", "--bogus"}, "serve: --bogus: unknown flag"},
+      {{"serve", "--port", "70000"}, "serve: --port: "},
+      {{"serve", "--threads", "many"}, "serve: --threads: "},
+      {{"generate", "--prompt", "hi"}, "generate: --model-path: required"},
+      {{"generate", "--model-path", dir, "--max-tokens", "0"}, "generate: --max-tokens: "},
+      {{"generate", "--model-path", dir, "--bogus", "1"}, "generate: --bogus: unknown flag"},
+      {{"frobnicate"}, "frobnicate: unknown command"},
+      {{"--bogus"}, "--bogus: unknown flag"},
+      {{}, "a command is required"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_dsinfer(c.args);
+    std::string what;
+    for (const std::string& a : c.args) what += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << what << r.err;
+    EXPECT_EQ(dsinfer_test::count_lines(r.err), 1) << what << r.err;
+    EXPECT_EQ(r.err.rfind("dsinfer: error: ", 0), 0u) << what << r.err;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << what << "expected '" << c.expected << "' in: " << r.err;
+    EXPECT_EQ(r.err.find("Run with --help"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << what << r.out;
   }
+  for (const char* cmd : {"bench", "tune", "check-env", "cache-stats", "serve", "generate"}) {
+    const auto r = run_dsinfer({cmd, "--help"});
+    EXPECT_EQ(r.exit_code, 0) << cmd << r.err;
+    EXPECT_TRUE(r.err.empty()) << cmd << r.err;
+    EXPECT_NE(r.out.find("--help"), std::string::npos) << cmd << r.out;
+  }
+  const auto v = run_dsinfer({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.out.find("dsinfer "), std::string::npos);
 }
 
 TEST(HarnessCli, CheckEnvOnTheEmbeddedModel) {
