@@ -303,7 +303,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       std::fprintf(stderr,
                    "  %-9s C=%-4d %6.1f tok/s  %6.1f tok/s/request  tau %.2f  (%d requests, %.1f s; KV %lld blocks, "
                    "peak %lld used, hit ratio %.2f, %llu preemptions)\n",
-                   policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs,
+                   cell.policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs,
                    static_cast<long long>(cell.kv_blocks), static_cast<long long>(cell.kv_peak_used), cell.hit_ratio,
                    static_cast<unsigned long long>(cell.preemptions));
     }
