@@ -84,6 +84,34 @@ int connection_socket(const httplib::Request& req) {
   return found;
 }
 
+// Raises the accept backlog of the server's listening socket on `port` to SOMAXCONN.
+// Debian's cpp-httplib 0.11 is a shared library built with a backlog of 5
+// (CPPHTTPLIB_LISTEN_BACKLOG): a burst of 128 clients then overflows the accept queue, the
+// kernel drops handshakes and clients stall a second or more in SYN retries (and a client
+// that gives up meanwhile is never seen). listen() on a listening socket only changes its
+// backlog. The socket is found like connection_socket: by its address among our descriptors.
+// Returns whether it was found.
+bool raise_listen_backlog(int port) {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return false;
+  bool done = false;
+  while (const dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    sockaddr_storage local{};
+    socklen_t local_len = sizeof local;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 || port_of(local) != port)
+      continue;
+    done = ::listen(static_cast<int>(fd), SOMAXCONN) == 0 || done;
+  }
+  closedir(d);
+  return done;
+}
+
 // Whether the peer closed (FIN: recv returns 0) or reset the connection. Bytes waiting
 // (a pipelined request) or none yet mean it is still there. Never blocks or consumes.
 bool peer_closed(int fd) {
@@ -499,6 +527,8 @@ void HttpServer::start() {
     throw Error("--host/--port: cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) +
                 " (address in use or not local?)");
   if (opts_.port != 0) port_ = opts_.port;
+  if (!raise_listen_backlog(port_))
+    std::fprintf(stderr, "serve: warning: accept backlog left at cpp-httplib's 5 (listening socket not found)\n");
   listen_thread_ = std::thread([this] { svr_->listen_after_bind(); });
 }
 

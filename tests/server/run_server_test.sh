@@ -57,6 +57,13 @@ for _ in $(seq 1 600); do
 done
 healthy "http://127.0.0.1:$port/health" || { cat "$work/server.log"; echo "server not ready"; exit 1; }
 
+# The accept backlog (ss's Send-Q of the listening socket) must hold a burst of clients:
+# cpp-httplib's own is 5, which the server raises (a 128-client burst otherwise overflows it).
+if [[ $name == load ]] && command -v ss >/dev/null; then
+  backlog=$(ss -ltnH "sport = :$port" | awk '{print $3}' | head -1)
+  if [[ -z $backlog || $backlog -lt 128 ]]; then echo "accept backlog '$backlog' < 128"; exit 1; fi
+fi
+
 rc=0
 script=$name
 [[ $name == load_async ]] && script=load  # the load test, with async prefetch on
