@@ -52,13 +52,10 @@ int port_of(const sockaddr_storage& a) {
   return -1;
 }
 
-// The connection socket of a request. cpp-httplib 0.11 gives a handler neither its socket
-// nor a close notification, so the socket is found among the process's open descriptors by
-// its addresses: local port = the request's, peer = the request's remote address and port,
-// converted as httplib does (getnameinfo, numeric). That pair is unique among the open TCP
-// connections, and the socket stays open (owned by this request's worker) until the
-// handler returns. -1 when none matches.
-int connection_socket(const httplib::Request& req) {
+// Calls fn(fd) for each of this process's descriptors until it returns true; returns that
+// descriptor, or -1.
+template <typename Fn>
+int find_descriptor(Fn&& fn) {
   DIR* d = opendir("/proc/self/fd");
   if (!d) return -1;
   int found = -1;
@@ -66,22 +63,34 @@ int connection_socket(const httplib::Request& req) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t local_len = sizeof local, peer_len = sizeof peer;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0) continue;
-    if (req.local_port > 0 && port_of(local) != req.local_port) continue;
-    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) continue;
-    if (port_of(peer) != req.remote_port) continue;
-    char host[NI_MAXHOST];
-    if (getnameinfo(reinterpret_cast<const sockaddr*>(&peer), peer_len, host, sizeof host, nullptr, 0,
-                    NI_NUMERICHOST) != 0 ||
-        req.remote_addr != host)
-      continue;
-    found = static_cast<int>(fd);
-    break;
+    if (fn(static_cast<int>(fd))) {
+      found = static_cast<int>(fd);
+      break;
+    }
   }
   closedir(d);
   return found;
+}
+
+// The connection socket of a request. cpp-httplib 0.11 gives a handler neither its socket
+// nor a close notification, so the socket is found among the process's open descriptors by
+// its addresses: local port = the request's, peer = the request's remote address and port,
+// converted as httplib does (getnameinfo, numeric). That pair is unique among the open TCP
+// connections, and the socket stays open (owned by this request's worker) until the
+// handler returns. -1 when none matches.
+int connection_socket(const httplib::Request& req) {
+  return find_descriptor([&](int fd) {
+    sockaddr_storage local{}, peer{};
+    socklen_t local_len = sizeof local, peer_len = sizeof peer;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) != 0) return false;
+    if (req.local_port > 0 && port_of(local) != req.local_port) return false;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0) return false;
+    if (port_of(peer) != req.remote_port) return false;
+    char host[NI_MAXHOST];
+    return getnameinfo(reinterpret_cast<const sockaddr*>(&peer), peer_len, host, sizeof host, nullptr, 0,
+                       NI_NUMERICHOST) == 0 &&
+           req.remote_addr == host;
+  });
 }
 
 // Raises the accept backlog of the server's listening socket on `port` to SOMAXCONN.
@@ -92,24 +101,15 @@ int connection_socket(const httplib::Request& req) {
 // backlog. The socket is found like connection_socket: by its address among our descriptors.
 // Returns whether it was found.
 bool raise_listen_backlog(int port) {
-  DIR* d = opendir("/proc/self/fd");
-  if (!d) return false;
-  bool done = false;
-  while (const dirent* e = readdir(d)) {
-    char* end = nullptr;
-    const long fd = std::strtol(e->d_name, &end, 10);
-    if (end == e->d_name || *end != '\0' || fd == dirfd(d)) continue;
+  const int fd = find_descriptor([&](int fd) {
     int listening = 0;
     socklen_t len = sizeof listening;
-    if (getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) return false;
     sockaddr_storage local{};
     socklen_t local_len = sizeof local;
-    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &local_len) != 0 || port_of(local) != port)
-      continue;
-    done = ::listen(static_cast<int>(fd), SOMAXCONN) == 0 || done;
-  }
-  closedir(d);
-  return done;
+    return getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_len) == 0 && port_of(local) == port;
+  });
+  return fd >= 0 && ::listen(fd, SOMAXCONN) == 0;
 }
 
 // Whether the peer closed (FIN: recv returns 0) or reset the connection. Bytes waiting

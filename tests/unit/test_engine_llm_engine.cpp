@@ -113,9 +113,29 @@ EngineStats expect_lossless(const EngineOptions& opts, const char* what,
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.waiting, 0);
   if (opts.drafter) {
-    if (opts.draft_ms_per_request < 100.0) EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
+    if (opts.draft_ms_per_request < 100.0) {
+      EXPECT_GT(st.accepted_draft_tokens, 0u) << what;
+    }
   }
   return st;
+}
+
+// A linear SPS(B) curve: one step verifying B tokens takes base_ms + per_token_ms * B.
+SpsTable linear_sps(double base_ms, double per_token_ms) {
+  std::vector<SpsPoint> pts;
+  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (base_ms + per_token_ms * b)});
+  return SpsTable(pts);
+}
+
+// The shipped DSpark drafter and its calibration, fixed policy.
+EngineOptions dspark_options(int max_running = 16, int max_batch_tokens = 256) {
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = max_running;
+  o.max_batch_tokens = max_batch_tokens;
+  o.drafter = f.dspark.get();
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  return o;
 }
 
 }  // namespace
@@ -138,19 +158,12 @@ TEST(LLMEngine, SmallTokenBudgetChunksPrefillsAndStaysLossless) {
 
 TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  Fixture& f = fixture();
-  EngineOptions o;
-  o.max_running = 16;
-  o.max_batch_tokens = 256;
-  o.drafter = f.dspark.get();
-  o.calibration = f.cal ? &*f.cal : nullptr;
+  EngineOptions o = dspark_options();
   expect_lossless(o, "dspark fixed");
   o.policy = VerifyPolicy::Threshold;
   o.validation_threshold = 0.3f;
   expect_lossless(o, "dspark threshold");
-  std::vector<SpsPoint> pts;
-  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
-  const SpsTable sps(pts);
+  const SpsTable sps = linear_sps(2.0, 0.3);
   o.policy = VerifyPolicy::DSpark;
   o.validation_threshold = 0.0f;
   o.sps = &sps;
@@ -256,12 +269,7 @@ TEST(LLMEngine, BadRequestsAreRefusedWithTheParameterNamed) {
 
 TEST(LLMEngine, AsyncPrefetchIsLosslessUnderEveryPolicyAndOverlaps) {
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  Fixture& f = fixture();
-  EngineOptions o;
-  o.max_running = 16;
-  o.max_batch_tokens = 256;
-  o.drafter = f.dspark.get();
-  o.calibration = f.cal ? &*f.cal : nullptr;
+  EngineOptions o = dspark_options();
   o.async_prefetch = true;
   o.async_draft_threads = 1;
   EngineStats st = expect_lossless(o, "async fixed");
@@ -271,9 +279,7 @@ TEST(LLMEngine, AsyncPrefetchIsLosslessUnderEveryPolicyAndOverlaps) {
   o.policy = VerifyPolicy::Threshold;
   o.validation_threshold = 0.3f;
   expect_lossless(o, "async threshold");
-  std::vector<SpsPoint> pts;
-  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
-  const SpsTable sps(pts);
+  const SpsTable sps = linear_sps(2.0, 0.3);
   o.policy = VerifyPolicy::DSpark;
   o.validation_threshold = 0.0f;
   o.sps = &sps;
@@ -295,12 +301,7 @@ TEST(LLMEngine, AsyncPrefetchIsLosslessUnderEveryPolicyAndOverlaps) {
 
 TEST(LLMEngine, AsyncPrefetchSwitchedWhileRunningStaysLossless) {
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  Fixture& f = fixture();
-  EngineOptions o;
-  o.max_running = 16;
-  o.max_batch_tokens = 256;
-  o.drafter = f.dspark.get();
-  o.calibration = f.cal ? &*f.cal : nullptr;
+  EngineOptions o = dspark_options();
   // Every 7 steps the setting flips: prefetched drafts of one step are verified by a step
   // in sequence and the reverse.
   const EngineStats st = expect_lossless(o, "async switched", [](LLMEngine& e, int step) {
@@ -338,14 +339,8 @@ TEST(LLMEngine, DSparkDraftingChoiceStopsPayingForDraftsThatDoNotPay) {
   // are nearly free, requests draft on most steps. Lossless both ways.
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   Fixture& f = fixture();
-  std::vector<SpsPoint> pts;
-  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
-  const SpsTable sps(pts);
-  EngineOptions o;
-  o.max_running = 16;
-  o.max_batch_tokens = 256;
-  o.drafter = f.dspark.get();
-  o.calibration = f.cal ? &*f.cal : nullptr;
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  EngineOptions o = dspark_options();
   o.policy = VerifyPolicy::DSpark;
   o.sps = &sps;
   o.draft_ms_per_request = 1000.0;
@@ -353,9 +348,7 @@ TEST(LLMEngine, DSparkDraftingChoiceStopsPayingForDraftsThatDoNotPay) {
   const EngineStats costly = expect_lossless(o, "drafting never pays");
   EXPECT_LE(costly.drafted_tokens, static_cast<uint64_t>(4 * block)) << "requests drafted although it cannot pay";
   // Nearly free drafts and verify rows (a memory-bound target): drafting pays.
-  std::vector<SpsPoint> flat;
-  for (int b : {1, 16, 64, 256}) flat.push_back({b, 1000.0 / (2.0 + 0.001 * b)});
-  const SpsTable flat_sps(flat);
+  const SpsTable flat_sps = linear_sps(2.0, 0.001);
   o.sps = &flat_sps;
   o.draft_ms_per_request = 1e-3;
   const EngineStats cheap = expect_lossless(o, "drafting nearly free");
@@ -368,13 +361,8 @@ TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   // text (the drafts it gets, and so its random stream, depend only on its own history).
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   Fixture& f = fixture();
-  std::vector<SpsPoint> pts;
-  for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
-  const SpsTable sps(pts);
-  EngineOptions o;
-  o.max_running = 4;
-  o.drafter = f.dspark.get();
-  o.calibration = f.cal ? &*f.cal : nullptr;
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  EngineOptions o = dspark_options(4, 512);
   o.policy = VerifyPolicy::DSpark;
   o.sps = &sps;
   o.draft_ms_per_request = 2.0;
