@@ -98,6 +98,17 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   return v;
 }
 
+// A --policies entry: the verify policy and whether it ends in "+prefetch" (async prefetch).
+struct PolicyEntry {
+  std::string policy;
+  bool prefetch = false;
+};
+PolicyEntry parse_policy_entry(const std::string& entry) {
+  const std::string suffix = "+prefetch";
+  const bool pre = entry.size() > suffix.size() && entry.compare(entry.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return {pre ? entry.substr(0, entry.size() - suffix.size()) : entry, pre};
+}
+
 struct Cell {
   std::string policy;
   int concurrency = 0, requests = 0;
@@ -148,9 +159,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   {
     std::stringstream ss(a.policies);
     for (std::string p; std::getline(ss, p, ',');) {
-      const std::string suffix = "+prefetch";
-      const bool pre = p.size() > suffix.size() && p.compare(p.size() - suffix.size(), suffix.size(), suffix) == 0;
-      const std::string base = pre ? p.substr(0, p.size() - suffix.size()) : p;
+      const auto [base, pre] = parse_policy_entry(p);
       if (base != "none" && base != "fixed" && base != "threshold" && base != "dspark" && base != "dspark-async")
         throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch)");
       if (base == "none" && pre) throw Error("--policies: 'none+prefetch': plain decoding has no drafts to prefetch");
@@ -217,8 +226,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   for (int rep = 0; rep < a.repeat; ++rep)
   for (const std::string& entry : policies)
     for (int c : levels) {
-      const bool prefetch_entry = entry.size() > 9 && entry.compare(entry.size() - 9, 9, "+prefetch") == 0;
-      const std::string policy = prefetch_entry ? entry.substr(0, entry.size() - 9) : entry;
+      const auto [policy, prefetch_entry] = parse_policy_entry(entry);
       EngineOptions o;
       if (policy != "none") {
         o.async_prefetch = prefetch_entry || a.async_prefetch;

@@ -727,8 +727,9 @@ bool LLMEngine::step() {
       if (role[r] == Role::Draft) add_to_draft_job(job, *s, n_max[r]);
       if (role[r] == Role::Draft && async) continue;  // verified next step
       ver.push_back(s);
-      // A prefetched prop came from a drafting choice; a balanced-out request did not draft.
-      track.push_back(role[r] == Role::Ready || (drafts[r] && !(async && role[r] == Role::Plain)));
+      // A prefetched prop came from a drafting choice; with async prefetch a request verified
+      // without drafts did not draft (every request may, so none was chosen out).
+      track.push_back(role[r] == Role::Ready || (!async && drafts[r]));
     }
   }
   if (async && !job.owners.empty()) {

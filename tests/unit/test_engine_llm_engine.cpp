@@ -138,6 +138,29 @@ EngineOptions dspark_options(int max_running = 16, int max_batch_tokens = 256) {
   return o;
 }
 
+// fixed, threshold 0.3, dspark (without and with a large per-request draft cost, which makes
+// the engine skip drafting for most requests on most steps: committed context piles up and
+// is flushed when a request drafts again) and dspark-async (budget K from two steps
+// earlier, top K by current survival): each exactly plain greedy. Returns the fixed run's
+// statistics.
+EngineStats expect_lossless_under_every_policy(EngineOptions o, const std::string& what) {
+  const EngineStats fixed = expect_lossless(o, (what + " fixed").c_str());
+  o.policy = VerifyPolicy::Threshold;
+  o.validation_threshold = 0.3f;
+  expect_lossless(o, (what + " threshold").c_str());
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  o.policy = VerifyPolicy::DSpark;
+  o.validation_threshold = 0.0f;
+  o.sps = &sps;
+  expect_lossless(o, (what + " dspark scheduler").c_str());
+  o.draft_ms_per_request = 5.0;
+  expect_lossless(o, (what + " dspark scheduler, drafting chosen per step").c_str());
+  o.policy = VerifyPolicy::DSparkAsync;
+  o.draft_ms_per_request = 0.0;
+  expect_lossless(o, (what + " dspark-async scheduler").c_str());
+  return fixed;
+}
+
 }  // namespace
 
 TEST(LLMEngine, PlainBatchedEqualsSingleRequestGreedy) {
@@ -158,25 +181,7 @@ TEST(LLMEngine, SmallTokenBudgetChunksPrefillsAndStaysLossless) {
 
 TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  EngineOptions o = dspark_options();
-  expect_lossless(o, "dspark fixed");
-  o.policy = VerifyPolicy::Threshold;
-  o.validation_threshold = 0.3f;
-  expect_lossless(o, "dspark threshold");
-  const SpsTable sps = linear_sps(2.0, 0.3);
-  o.policy = VerifyPolicy::DSpark;
-  o.validation_threshold = 0.0f;
-  o.sps = &sps;
-  expect_lossless(o, "dspark scheduler");
-  // A large per-request draft cost makes the engine skip drafting for most requests on most
-  // steps (committed context piles up and is flushed when a request drafts again): still
-  // exactly plain greedy.
-  o.draft_ms_per_request = 5.0;
-  expect_lossless(o, "dspark scheduler, drafting chosen per step");
-  // The production variant: budget K from two steps earlier, top K by current survival.
-  o.policy = VerifyPolicy::DSparkAsync;
-  o.draft_ms_per_request = 0.0;
-  expect_lossless(o, "dspark-async scheduler");
+  expect_lossless_under_every_policy(dspark_options(), "dspark");
 }
 
 TEST(LLMEngine, CancelFreesTheSlotAndOthersFinish) {
@@ -272,24 +277,13 @@ TEST(LLMEngine, AsyncPrefetchIsLosslessUnderEveryPolicyAndOverlaps) {
   EngineOptions o = dspark_options();
   o.async_prefetch = true;
   o.async_draft_threads = 1;
-  EngineStats st = expect_lossless(o, "async fixed");
-  // The drafter passes ran on the worker during forwards, and drafts were verified.
+  // The drafter passes ran on the worker during forwards, and drafts were verified (fixed
+  // policy; a per-request draft cost is ignored while prefetching: the pass is off the
+  // critical path).
+  EngineStats st = expect_lossless_under_every_policy(o, "async");
   EXPECT_GT(st.prefetch_passes, 0u);
   EXPECT_GT(st.verified_draft_tokens, 0u);
-  o.policy = VerifyPolicy::Threshold;
-  o.validation_threshold = 0.3f;
-  expect_lossless(o, "async threshold");
-  const SpsTable sps = linear_sps(2.0, 0.3);
-  o.policy = VerifyPolicy::DSpark;
-  o.validation_threshold = 0.0f;
-  o.sps = &sps;
-  o.draft_ms_per_request = 5.0;  // ignored while prefetching: the pass is off the critical path
-  expect_lossless(o, "async dspark scheduler");
-  o.policy = VerifyPolicy::DSparkAsync;
-  o.draft_ms_per_request = 0.0;
-  expect_lossless(o, "async dspark-async scheduler");
   // Small KV pool: preemption of requests whose drafts are prefetched.
-  o.policy = VerifyPolicy::Fixed;
   o.max_running = 12;
   o.kv_block_size = 16;
   o.kv_num_blocks = 40;
