@@ -328,7 +328,6 @@ std::shared_ptr<HttpServer::Exchange> HttpServer::submit(bool chat, const Comple
       raw->unsent += ev.new_text;
       raw->text += ev.new_text;
       if (ev.finished) {
-        raw->finished = true;
         raw->finish_reason = ev.finish_reason;
         raw->error = ev.error;
         raw->prompt_tokens = ev.prompt_tokens;
@@ -336,8 +335,15 @@ std::shared_ptr<HttpServer::Exchange> HttpServer::submit(bool chat, const Comple
         raw->e2e_s = seconds_since(raw->arrival);
       }
     }
+    if (ev.finished) {
+      // Counted before the handler can see `finished`: a client that has its answer must
+      // find the request in /metrics (the handler may answer the moment the flag is set).
+      record_final(*raw);
+      std::lock_guard<std::mutex> lock(raw->mu);
+      raw->finished = true;
+    }
     raw->cv.notify_all();
-    if (ev.finished) on_final(*raw);
+    if (ev.finished) unregister(*raw);
   };
   // Held across submit so the final event (possibly on the stepping thread before submit
   // returns) finds the exchange registered.
@@ -353,8 +359,8 @@ std::shared_ptr<HttpServer::Exchange> HttpServer::submit(bool chat, const Comple
   return x;
 }
 
-void HttpServer::on_final(Exchange& x) {
-  // Runs on the engine's stepping thread, once per request.
+void HttpServer::record_final(Exchange& x) {
+  // Runs on the engine's stepping thread, once per request, before the handler is told.
   RequestTiming t;
   std::string reason;
   {
@@ -385,6 +391,10 @@ void HttpServer::on_final(Exchange& x) {
     rec["finish_reason"] = t.outcome;
     backend_.request_log->write(rec);
   }
+}
+
+void HttpServer::unregister(Exchange& x) {
+  // After the handler was told; active_ held a reference to x until here.
   const uint64_t id = x.engine_id;  // erase may drop the last reference to x
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -95,7 +95,8 @@ class HttpServer {
   void install_routes();
   void handle_completion(bool chat, const httplib::Request& req, httplib::Response& res);
   std::shared_ptr<Exchange> submit(bool chat, const CompletionRequest& r, std::vector<int32_t> prompt);
-  void on_final(Exchange& x);
+  void record_final(Exchange& x);  // metrics + request log of a finished request
+  void unregister(Exchange& x);    // drops it from active_ (may free it)
 
   HttpOptions opts_;
   ServerMetrics& metrics_;

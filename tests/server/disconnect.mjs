@@ -67,4 +67,15 @@ assert.equal(received, '', 'nothing was written to the closed connection before 
 const m = await metrics();
 assert.equal(m.dsinfer_kv_blocks_used, 0);
 assert.equal(m.dsinfer_requests_running, 0);
+// A client that has its answer finds the request counted: the outcome is recorded before the
+// handler may answer (CI once sampled /metrics between the two and missed the request).
+for (let i = 0; i < 20; i++) {
+  const m0 = await metrics();
+  const r = await post('/v1/completions', { prompt: 'x = ' + i, max_tokens: 1, temperature: 0 });
+  assert.equal(r.status, 200, r.text);
+  const m1 = await metrics();
+  const done = (m, k) => m[`dsinfer_requests_total{outcome="${k}"}`] ?? 0;
+  assert.equal(done(m1, 'stop') + done(m1, 'length') - done(m0, 'stop') - done(m0, 'length'), 1,
+               'the answered request is in /metrics');
+}
 console.log('disconnect test: ok (non-streaming request cancelled on client close, KV back to idle)');
