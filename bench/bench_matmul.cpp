@@ -70,8 +70,20 @@ void BM_Matmul(benchmark::State& st) {
   size_t c = 0;
   const MatmulPrecision saved = matmul_precision();
   set_matmul_precision(prec);
+  // Where matmul runs on AMX, each copy also gets the AMX layout, as WeightStore makes at
+  // load (the kernel then reads only that).
+  std::vector<uint16_t> packed;
+  const WeightView probe{w.data(), DType::BF16, rows, cols};
+  const int64_t pe = amx_wants(probe) ? amx_pack_elems(probe) : 0;
+  packed.resize(static_cast<size_t>(pe) * copies + 32);
+  uint16_t* pbase = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64 / 2;
+  if (pe) {
+    amx_pack(probe, pbase);
+    for (size_t k = 1; k < copies; ++k) std::memcpy(pbase + k * pe, pbase, static_cast<size_t>(pe) * 2);
+  }
   for (auto _ : st) {
     WeightView v{w.data() + c * rows * cols, DType::BF16, rows, cols};
+    if (pe) v.amx_panels = pbase + c * pe;
     matmul(x.data(), m, v, y.data(), &pool);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();

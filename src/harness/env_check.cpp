@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "spec/calibration.h"
 #include "spec/drafter_loader.h"
@@ -105,6 +106,7 @@ SystemInfo probe_system(bool built_with_cuda) {
   s.avx512bf16 = f.avx512bf16;
   s.amx = f.amx;
   s.isa_level = isa_level_name(isa_level());
+  s.matmul_kernel = bf16_matmul_kernel_name();
   s.logical_cpus = static_cast<int>(std::thread::hardware_concurrency());
   s.physical_cores = physical_cores();
   if (s.physical_cores <= 0) s.physical_cores = s.logical_cpus;
@@ -304,7 +306,7 @@ std::string format_report(const SystemInfo& s, const ModelCheck* m, const Assess
   const auto yes = [](bool b) { return b ? "yes" : "no"; };
   o += "CPU: " + s.cpu_model + "\n";
   o += std::string("  ISA: AVX2 ") + yes(s.avx2) + ", FMA " + yes(s.fma) + ", AVX-512 " + yes(s.avx512f) + ", AVX512_BF16 " +
-       yes(s.avx512bf16) + ", AMX " + yes(s.amx) + "; kernels use " + s.isa_level + "\n";
+       yes(s.avx512bf16) + ", AMX " + yes(s.amx) + "; kernels use " + s.isa_level + ", BF16 matmul " + s.matmul_kernel + "\n";
   o += "  cores: " + std::to_string(s.physical_cores) + " physical, " + std::to_string(s.logical_cpus) + " hardware threads\n";
   o += "Memory: " + gib(static_cast<double>(s.mem_total)) + " total, " + gib(static_cast<double>(s.mem_available)) + " available\n";
   if (s.gpus.empty()) {
@@ -360,7 +362,7 @@ json report_json(const SystemInfo& s, const ModelCheck* m, const Assessment& a) 
     gpus.push_back({{"name", g.name}, {"compute_capability", g.compute_capability}, {"memory_total_mib", g.memory_total_mib},
                     {"memory_free_mib", g.memory_free_mib}, {"driver", g.driver}});
   json j = {{"cpu", {{"model", s.cpu_model}, {"avx2", s.avx2}, {"fma", s.fma}, {"avx512f", s.avx512f},
-                     {"avx512bf16", s.avx512bf16}, {"amx", s.amx}, {"isa_level", s.isa_level},
+                     {"avx512bf16", s.avx512bf16}, {"amx", s.amx}, {"isa_level", s.isa_level}, {"matmul_kernel", s.matmul_kernel},
                      {"physical_cores", s.physical_cores}, {"logical_cpus", s.logical_cpus}}},
             {"memory", {{"total_bytes", s.mem_total}, {"available_bytes", s.mem_available}}},
             {"gpus", gpus},

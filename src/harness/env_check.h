@@ -25,6 +25,7 @@ struct SystemInfo {
   std::string cpu_model;
   bool avx2 = false, fma = false, avx512f = false, avx512bf16 = false, amx = false;
   std::string isa_level;              // what the kernels will use (DSINFER_ISA may cap it)
+  std::string matmul_kernel;          // BF16 matmul kernel family (amx, avx512bf16, ...)
   int logical_cpus = 0, physical_cores = 0;
   uint64_t mem_total = 0, mem_available = 0;  // bytes
   bool nvidia_smi = false;

@@ -2,6 +2,7 @@
 // the forward pass only ever sees F32 or BF16 matrices and F32 vectors.
 #include "model/weights.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -98,7 +99,19 @@ WeightView WeightStore::matrix(const std::string& name, int64_t rows, int64_t co
     data = dst;
   }
   matrix_bytes_ += static_cast<uint64_t>(n) * dtype_size(target);
-  return WeightView{data, target, rows, cols};
+  WeightView view{data, target, rows, cols};
+  if (amx_wants(view)) {
+    // The AMX kernel reads its own layout of W (matmul.h). The original stays for row
+    // lookups (tied embeddings) and other backends, so on AMX machines the BF16 matrices
+    // take twice their size in memory (amx_bytes() more; reported at load).
+    const size_t bytes = (static_cast<size_t>(amx_pack_elems(view)) * 2 + 63) / 64 * 64;
+    packed_.emplace_back(static_cast<uint16_t*>(std::aligned_alloc(64, bytes)));
+    check(packed_.back() != nullptr, "out of memory packing tensor '" + name + "' for AMX");
+    amx_pack(view, packed_.back().get());
+    view.amx_panels = packed_.back().get();
+    amx_bytes_ += bytes;
+  }
+  return view;
 }
 
 std::vector<float> WeightStore::vector_f32(const std::string& name, int64_t n) const {

@@ -8,6 +8,7 @@
 // as F32 copies because the kernels that use them take F32.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <memory>
 #include <string>
@@ -49,14 +50,21 @@ class WeightStore {
 
   // Total bytes of the weights handed out through matrix() in their in-memory dtype.
   uint64_t matrix_bytes() const { return matrix_bytes_; }
+  // Bytes of the AMX layouts made at load (0 where matmul does not run on AMX).
+  uint64_t amx_bytes() const { return amx_bytes_; }
   const std::string& model_dir() const { return dir_; }
 
  private:
   std::string dir_;
   std::string weight_dtype_;
   std::unique_ptr<SafetensorsSet> set_;
+  struct FreeDeleter {
+    void operator()(uint16_t* p) const { std::free(p); }
+  };
   std::deque<std::vector<uint8_t>> owned_;  // converted copies (deque: stable addresses)
+  std::deque<std::unique_ptr<uint16_t, FreeDeleter>> packed_;  // AMX layouts (matmul.h)
   uint64_t matrix_bytes_ = 0;
+  uint64_t amx_bytes_ = 0;
 };
 
 // Element i of a tensor of the given float dtype, as F32 (unaligned-safe).

@@ -36,6 +36,7 @@ static CpuFeatures detect() {
       f.f16c = has("f16c");
       f.avx512bf16 = has("avx512_bf16");
       f.amx = has("amx_tile");
+      f.amx_bf16 = has("amx_bf16");
       break;
     }
   }

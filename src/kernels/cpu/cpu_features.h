@@ -12,7 +12,8 @@ enum class IsaLevel { Scalar = 0, Avx2 = 1, Avx512 = 2 };
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
-  bool amx = false;
+  bool amx = false;       // amx_tile
+  bool amx_bf16 = false;
   std::string model_name;
 };
 

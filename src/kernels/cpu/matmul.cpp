@@ -123,13 +123,29 @@ IsaLevel hardware_isa_level() {
   return IsaLevel::Avx512;
 }
 
+bool amx_usable() {
+  static const bool ok = [] {
+    const auto& f = cpu_features();
+    const char* env = std::getenv("DSINFER_AMX");
+    if (env && std::strcmp(env, "0") == 0) return false;
+#if defined(__x86_64__)
+    return hardware_isa_level() == IsaLevel::Avx512 && f.avx512bf16 && f.amx && f.amx_bf16 && amx_os_enabled();
+#else
+    (void)f;
+    return false;
+#endif
+  }();
+  return ok;
+}
+
 Path hardware_path() {
-  if (hardware_isa_level() == IsaLevel::Avx512 && cpu_features().avx512bf16) return Path::Avx512Bf16;
+  if (hardware_isa_level() == IsaLevel::Avx512 && cpu_features().avx512bf16)
+    return amx_usable() ? Path::Amx : Path::Avx512Bf16;
   return static_cast<Path>(hardware_isa_level());
 }
 
 Path path_for(IsaLevel isa) {
-  return isa == IsaLevel::Avx512 ? Path::Avx512Bf16 : static_cast<Path>(isa);
+  return isa == IsaLevel::Avx512 ? Path::Amx : static_cast<Path>(isa);  // lowered by matmul_path
 }
 
 const char* path_name(Path p) {
@@ -138,6 +154,7 @@ const char* path_name(Path p) {
     case Path::Avx2: return "avx2";
     case Path::Avx512: return "avx512";
     case Path::Avx512Bf16: return "avx512bf16";
+    case Path::Amx: return "amx";
   }
   return "?";
 }
@@ -164,6 +181,7 @@ struct Bf16Kernels {
 Bf16Kernels bf16_kernels(Path path) {
 #if defined(__x86_64__)
   switch (path) {
+    case Path::Amx:  // only for the matrices AMX cannot take (K % 32 != 0)
     case Path::Avx512Bf16: return {x_to_bf16_avx512, bf16_rows_avx512bf16};
     case Path::Avx512: return {x_to_bf16_avx512, bf16_rows_avx512};
     case Path::Avx2: return {x_to_bf16_avx2, bf16_rows_avx2};
@@ -227,12 +245,23 @@ void matmul_path(Path path, MatmulPrecision prec, const float* x, int64_t m, con
     const int64_t ldx = (w.cols + kBf16Chunk - 1) / kBf16Chunk * kBf16Chunk;
     uint16_t* xb = bf16_scratch(static_cast<size_t>(m * ldx));
     k.convert(x, m, w.cols, xb, ldx);
+#if defined(__x86_64__)
+    // AMX for the matrices packed for it (WeightStore packs by shape when amx_usable()),
+    // for every m alike; an unpacked matrix takes the vdpbf16ps kernel below, also for
+    // every m.
+    if (path == Path::Amx && w.amx_panels) {
+      split_rows(m, w, pool, min_macs_per_chunk, [&](int64_t j0, int64_t j1) { amx_rows(xb, ldx, m, w, j0, j1, y, rows); });
+      return;
+    }
+#endif
     split_rows(m, w, pool, min_macs_per_chunk,
                [&](int64_t j0, int64_t j1) { k.rows(xb, ldx, m, w, j0, j1, y, rows); });
     return;
   }
-  // Path::Avx512Bf16 is IsaLevel::Avx512 for F32 (the lowering above keeps it a valid ISA).
-  const RowsKernel kernel = rows_kernel(path == Path::Avx512Bf16 ? IsaLevel::Avx512 : static_cast<IsaLevel>(path));
+  // Path::Avx512Bf16 and Path::Amx are IsaLevel::Avx512 for F32 (the lowering above keeps
+  // them valid ISAs).
+  const RowsKernel kernel =
+      rows_kernel(path >= Path::Avx512Bf16 ? IsaLevel::Avx512 : static_cast<IsaLevel>(path));
   split_rows(m, w, pool, min_macs_per_chunk, [&](int64_t j0, int64_t j1) { kernel(x, m, w, j0, j1, y, rows); });
 }
 
@@ -271,6 +300,33 @@ const char* matmul_precision_name(MatmulPrecision p) { return p == MatmulPrecisi
 
 void matmul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool) {
   matmul_detail::matmul_isa(isa_level(), matmul_precision(), x, m, w, y, pool);
+}
+
+bool amx_wants(const WeightView& w) {
+#if defined(__x86_64__)
+  return matmul_precision() == MatmulPrecision::Bf16Dot && isa_level() == IsaLevel::Avx512 &&
+         matmul_detail::amx_usable() && w.dtype == DType::BF16 && w.rows > 0 && w.cols > 0 &&
+         w.cols % matmul_detail::kBf16Chunk == 0;
+#else
+  (void)w;
+  return false;
+#endif
+}
+
+const char* bf16_matmul_kernel_name() {
+  matmul_detail::Path p = matmul_detail::path_for(isa_level());
+  if (static_cast<int>(p) > static_cast<int>(matmul_detail::hardware_path())) p = matmul_detail::hardware_path();
+  return matmul_detail::path_name(p);
+}
+
+int64_t amx_pack_elems(const WeightView& w) {
+  return matmul_detail::amx_packed_elems(w.rows, w.cols);
+}
+
+void amx_pack(const WeightView& w, uint16_t* out) {
+  check(w.dtype == DType::BF16 && w.cols % matmul_detail::kBf16Chunk == 0,
+        "amx_pack: needs a BF16 matrix with a multiple of 32 columns");
+  matmul_detail::amx_pack_weights(w, out);
 }
 
 void weight_row_to_f32(const WeightView& w, int64_t row, float* out) {

@@ -40,6 +40,10 @@ struct WeightView {
   DType dtype = DType::F32;
   int64_t rows = 0;  // out features
   int64_t cols = 0;  // in features
+  // Optional: the same BF16 matrix re-laid out for the AMX kernel (amx_pack()), 64-byte
+  // aligned, owned by whoever made the view. Used only where matmul runs on AMX; a matrix
+  // without it never does, whatever m is.
+  const uint16_t* amx_panels = nullptr;
 };
 
 enum class MatmulPrecision : uint8_t { F32, Bf16Dot };
@@ -53,6 +57,18 @@ const char* matmul_precision_name(MatmulPrecision p);  // "f32" or "bf16"
 // pool == nullptr uses ThreadPool::global(). x, y and W may have any alignment; y must not
 // alias x. Throws Error for a dtype other than F32/BF16/F16. Uses matmul_precision().
 void matmul(const float* x, int64_t m, const WeightView& w, float* y, ThreadPool* pool = nullptr);
+
+// AMX packing: whether this process runs BF16 matmuls on AMX tiles (CPU + OS + Bf16Dot
+// precision, DSINFER_AMX not "0") and `w` has a shape the AMX kernel takes (BF16, cols a
+// multiple of 32); the packed size in uint16_t elements; and the packing itself into
+// `out` (64-byte aligned). Pack before decoding starts, as with the precision.
+bool amx_wants(const WeightView& w);
+int64_t amx_pack_elems(const WeightView& w);
+void amx_pack(const WeightView& w, uint16_t* out);
+
+// The kernel family BF16 matmuls take in this process with Bf16Dot precision: "amx",
+// "avx512bf16", "avx512", "avx2" or "scalar" (for check-env and benchmark reports).
+const char* bf16_matmul_kernel_name();
 
 // Converts row `row` of W (w.cols elements) to F32 in `out` (used for embedding lookups).
 // Exact for every dtype. Throws Error if row is out of range.

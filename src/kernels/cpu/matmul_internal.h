@@ -86,21 +86,40 @@ void bf16_rows_avx512(const uint16_t* xb, int64_t ldx, int64_t m, const WeightVi
 void bf16_rows_avx512bf16(const uint16_t* xb, int64_t ldx, int64_t m, const WeightView& w, int64_t j0,
                           int64_t j1, float* y, int64_t ldy);  // native vdpbf16ps
 
+// AMX (matmul_amx.cpp). amx_pack_weights re-lays BF16 W [rows, cols] (cols % 32 == 0)
+// out as VNNI panels of 16 output features (amx_packed_elems elements, last panel zero
+// padded); amx_rows computes y rows [0, m) x features [j0, j1) (j0 a multiple of 16) from
+// x rounded to BF16 (xb [m, ldx]) and w.amx_panels. amx_os_enabled() asks Linux for the
+// tile state (once per process).
+int64_t amx_packed_elems(int64_t rows, int64_t cols);
+void amx_pack_weights(const WeightView& w, uint16_t* out);
+void amx_rows(const uint16_t* xb, int64_t ldx, int64_t m, const WeightView& w, int64_t j0, int64_t j1, float* y,
+              int64_t ldy);
+bool amx_os_enabled();
+
 void x_to_bf16_scalar(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_t ldx);
 void x_to_bf16_avx2(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_t ldx);
 void x_to_bf16_avx512(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_t ldx);
 
 // The kernel families. Avx512Bf16 differs from Avx512 only for Bf16Dot (the native
 // instruction instead of its emulation); with F32 precision it runs the Avx512 kernel.
-enum class Path { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
+//
+// Amx runs Bf16Dot on AMX tiles where the CPU and OS allow it (and K % 32 == 0; other
+// matrices take the Avx512Bf16 kernel): its order of operations is the hardware's, not the
+// canonical one above, so its bits differ from the other paths, but, like them, never
+// depend on m, on which rows share a call, or on the thread split. With F32 precision it
+// runs the Avx512 kernel. DSINFER_AMX=0 keeps a process off it.
+enum class Path { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
 const char* path_name(Path p);
 
 // The best level this CPU can run, ignoring DSINFER_ISA (tests iterate up to it).
 IsaLevel hardware_isa_level();
-// The best path this CPU can run, ignoring DSINFER_ISA.
+// The best path this CPU can run, ignoring DSINFER_ISA (Amx only if amx_usable()).
 Path hardware_path();
-// The path matmul() takes at `isa`: the ISA's own, plus the native BF16 kernel at Avx512
-// when the CPU has AVX512_BF16.
+// AMX-BF16 + AVX512_BF16 on the CPU, the tile state granted by the OS, DSINFER_AMX not "0".
+bool amx_usable();
+// The path matmul() takes at `isa`: the ISA's own, plus the native BF16 kernel (or AMX)
+// at Avx512 when the CPU has it.
 Path path_for(IsaLevel isa);
 
 // The kernel for `isa`, lowered to hardware_isa_level() if the CPU cannot run it.
