@@ -2,6 +2,8 @@
 // the forward pass only ever sees F32 or BF16 matrices and F32 vectors.
 #include "model/weights.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -103,10 +105,18 @@ WeightView WeightStore::matrix(const std::string& name, int64_t rows, int64_t co
   if (amx_wants(view)) {
     // The AMX kernel reads its own layout of W (matmul.h). The original stays for row
     // lookups (tied embeddings) and other backends, so on AMX machines the BF16 matrices
-    // take twice their size in memory (amx_bytes() more; reported at load).
-    const size_t bytes = (static_cast<size_t>(amx_pack_elems(view)) * 2 + 63) / 64 * 64;
-    packed_.emplace_back(static_cast<uint16_t*>(std::aligned_alloc(64, bytes)));
+    // take twice their size in memory (amx_bytes() more).
+    // Big layouts on transparent huge pages, as MappedFile's resident copy (4 KiB pages
+    // stall the hardware prefetchers at every page edge while decode streams W).
+    const size_t huge = size_t{2} << 20;
+    const size_t raw = static_cast<size_t>(amx_pack_elems(view)) * 2;
+    const size_t align = raw >= huge ? huge : 64;
+    const size_t bytes = (raw + align - 1) / align * align;
+    packed_.emplace_back(static_cast<uint16_t*>(std::aligned_alloc(align, bytes)));
     check(packed_.back() != nullptr, "out of memory packing tensor '" + name + "' for AMX");
+#ifdef MADV_HUGEPAGE
+    if (align == huge) madvise(packed_.back().get(), bytes, MADV_HUGEPAGE);  // a hint
+#endif
     amx_pack(view, packed_.back().get());
     view.amx_panels = packed_.back().get();
     amx_bytes_ += bytes;
