@@ -181,7 +181,7 @@ struct Bf16Kernels {
 Bf16Kernels bf16_kernels(Path path) {
 #if defined(__x86_64__)
   switch (path) {
-    case Path::Amx:  // only for the matrices AMX cannot take (K % 32 != 0)
+    case Path::Amx:  // for the matrices without an AMX layout (WeightView::amx_panels)
     case Path::Avx512Bf16: return {x_to_bf16_avx512, bf16_rows_avx512bf16};
     case Path::Avx512: return {x_to_bf16_avx512, bf16_rows_avx512};
     case Path::Avx2: return {x_to_bf16_avx2, bf16_rows_avx2};

@@ -26,6 +26,8 @@
 // bandwidth (membw.h); m > 1 converts each W vector once and reuses it across 4-5 x rows
 // held in registers, so verifying 8 tokens costs about 4-5 decodes (F32), not 8, and
 // about 2 with Bf16Dot where the CPU has AVX512_BF16 (12M target shapes, Zen 5).
+// Where the CPU has AMX-BF16 and a matrix carries its AMX layout (amx_pack), Bf16Dot runs
+// on AMX tiles: up to 16 rows cost about one (matmul_amx.cpp), with that path's own bits.
 #pragma once
 #include <cstdint>
 

@@ -104,9 +104,10 @@ void x_to_bf16_avx512(const float* x, int64_t m, int64_t K, uint16_t* xb, int64_
 // The kernel families. Avx512Bf16 differs from Avx512 only for Bf16Dot (the native
 // instruction instead of its emulation); with F32 precision it runs the Avx512 kernel.
 //
-// Amx runs Bf16Dot on AMX tiles where the CPU and OS allow it (and K % 32 == 0; other
-// matrices take the Avx512Bf16 kernel): its order of operations is the hardware's, not the
-// canonical one above, so its bits differ from the other paths, but, like them, never
+// Amx runs Bf16Dot on AMX tiles where the CPU and OS allow it, for matrices that carry an
+// AMX layout (WeightView::amx_panels; others take the Avx512Bf16 kernel, for every m):
+// its order of operations is the hardware's, not the canonical one above, so its bits
+// differ from the other paths, but, like them, never
 // depend on m, on which rows share a call, or on the thread split. With F32 precision it
 // runs the Avx512 kernel. DSINFER_AMX=0 keeps a process off it.
 enum class Path { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3, Amx = 4 };
