@@ -9,16 +9,19 @@
 //  - batch invariance: row i alone equals row i in any batch, with any thread split;
 //  - closeness to a double-precision reference (x rounded to BF16);
 //  - the packing rules: amx_wants() only for BF16, K % 32 == 0, Bf16Dot; a matrix without
-//    its AMX layout takes the vdpbf16ps kernel for every m (bits equal to Avx512Bf16).
+//    its AMX layout takes the vdpbf16ps kernel for every m (bits equal to Avx512Bf16);
+//  - DSINFER_AMX=0 turns it off, other values than 0/1 are refused by name.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -188,6 +191,29 @@ TEST_F(MatmulAmx, PackedOnlyForBf16WithKAMultipleOf32InBf16DotPrecision) {
   EXPECT_FALSE(amx_wants(WeightView{dummy, DType::BF16, 0, 32}));
   set_matmul_precision(MatmulPrecision::F32);
   EXPECT_FALSE(amx_wants(WeightView{dummy, DType::BF16, 2, 32}));
+}
+
+// DSINFER_AMX is read once per process; death tests run in a fresh one. Runs on every CPU:
+// the variable is checked before the hardware.
+TEST(MatmulAmxDeathTest, EnvironmentTurnsItOffAndRejectsOtherValues) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("DSINFER_AMX", "0", 1);
+        std::exit(!matmul_detail::amx_usable() && matmul_detail::hardware_path() != Path::Amx ? 3 : 4);
+      },
+      testing::ExitedWithCode(3), "");
+  EXPECT_EXIT(
+      {
+        setenv("DSINFER_AMX", "yes", 1);
+        try {
+          matmul_detail::amx_usable();
+        } catch (const Error& e) {
+          std::exit(std::string(e.what()).find("DSINFER_AMX must be 0 or 1, not 'yes'") != std::string::npos ? 3 : 5);
+        }
+        std::exit(4);
+      },
+      testing::ExitedWithCode(3), "");
 }
 
 }  // namespace

@@ -127,6 +127,8 @@ bool amx_usable() {
   static const bool ok = [] {
     const auto& f = cpu_features();
     const char* env = std::getenv("DSINFER_AMX");
+    check(!env || !*env || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
+          std::string("DSINFER_AMX must be 0 or 1, not '") + (env ? env : "") + "'");
     if (env && std::strcmp(env, "0") == 0) return false;
 #if defined(__x86_64__)
     return hardware_isa_level() == IsaLevel::Avx512 && f.avx512bf16 && f.amx && f.amx_bf16 && amx_os_enabled();
@@ -145,7 +147,11 @@ Path hardware_path() {
 }
 
 Path path_for(IsaLevel isa) {
-  return isa == IsaLevel::Avx512 ? Path::Amx : static_cast<Path>(isa);  // lowered by matmul_path
+  return isa == IsaLevel::Avx512 ? Path::Amx : static_cast<Path>(isa);  // lowered by runnable_path
+}
+
+Path runnable_path(Path p) {
+  return static_cast<int>(p) > static_cast<int>(hardware_path()) ? hardware_path() : p;
 }
 
 const char* path_name(Path p) {
@@ -237,7 +243,7 @@ void matmul_path(Path path, MatmulPrecision prec, const float* x, int64_t m, con
     std::fill(y, y + m * w.rows, 0.0f);
     return;
   }
-  if (static_cast<int>(path) > static_cast<int>(hardware_path())) path = hardware_path();
+  path = runnable_path(path);
   if (!pool) pool = &ThreadPool::global();
   const int64_t rows = w.rows;
   if (prec == MatmulPrecision::Bf16Dot && w.dtype == DType::BF16) {
@@ -314,9 +320,7 @@ bool amx_wants(const WeightView& w) {
 }
 
 const char* bf16_matmul_kernel_name() {
-  matmul_detail::Path p = matmul_detail::path_for(isa_level());
-  if (static_cast<int>(p) > static_cast<int>(matmul_detail::hardware_path())) p = matmul_detail::hardware_path();
-  return matmul_detail::path_name(p);
+  return matmul_detail::path_name(matmul_detail::runnable_path(matmul_detail::path_for(isa_level())));
 }
 
 int64_t amx_pack_elems(const WeightView& w) {

@@ -117,11 +117,15 @@ const char* path_name(Path p);
 IsaLevel hardware_isa_level();
 // The best path this CPU can run, ignoring DSINFER_ISA (Amx only if amx_usable()).
 Path hardware_path();
-// AMX-BF16 + AVX512_BF16 on the CPU, the tile state granted by the OS, DSINFER_AMX not "0".
+// AMX-BF16 + AVX512_BF16 on the CPU, the tile state granted by the OS, DSINFER_AMX not "0"
+// (any value but 0, 1 or empty throws Error naming it).
 bool amx_usable();
 // The path matmul() takes at `isa`: the ISA's own, plus the native BF16 kernel (or AMX)
 // at Avx512 when the CPU has it.
 Path path_for(IsaLevel isa);
+
+// p, or hardware_path() if the CPU cannot run p.
+Path runnable_path(Path p);
 
 // The kernel for `isa`, lowered to hardware_isa_level() if the CPU cannot run it.
 RowsKernel rows_kernel(IsaLevel isa);
