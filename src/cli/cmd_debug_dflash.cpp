@@ -168,6 +168,7 @@ int run_debug(const DebugArgs& a) {
     j["start"] = P;
     j["mask_token_id"] = info.mask_token_id;
     j["target_layer_ids"] = info.target_layer_ids;
+    j["shared_with_target"] = info.shared_with_target;
     j["target_greedy"] = tg;
     j["next_token"] = tg[acc];
     j["confidence_logits"] =
@@ -192,6 +193,11 @@ int run_debug(const DebugArgs& a) {
               b.num_hidden_layers, b.hidden_size, b.num_attention_heads, b.num_key_value_heads, b.head_dim,
               b.intermediate_size, b.hidden_size, info.target_layer_ids.size(), b.hidden_size);
   std::printf("  target layer ids: %s\n", join(info.target_layer_ids).c_str());
+  if (!info.shared_with_target.empty()) {
+    std::string names;
+    for (const std::string& n : info.shared_with_target) names += (names.empty() ? "" : ", ") + n;
+    std::printf("  uses the target's own copy of: %s (bit-identical)\n", names.c_str());
+  }
   std::printf("  markov head: %s", info.markov_head.empty() ? "none" : info.markov_head.c_str());
   if (!info.markov_head.empty()) std::printf(" (rank %d)", dc.markov_rank);
   std::printf("; confidence head: %s\n",

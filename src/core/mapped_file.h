@@ -8,8 +8,8 @@
 //  - Resident: the file is mapped, then copied once into anonymous memory backed by
 //    transparent huge pages (2 MiB), and the mapping is dropped. Costs the file's size in
 //    RAM and a copy at load; decode then streams weights at memory bandwidth.
-// Auto picks Resident when the file fits comfortably in available memory (DSINFER_WEIGHTS
-// = mmap | resident overrides it for the whole process).
+// Auto picks Resident for files of 2 MiB and more when they fit comfortably in available
+// memory (DSINFER_WEIGHTS = mmap | resident overrides it for the whole process).
 #pragma once
 #include <cstddef>
 #include <cstdint>

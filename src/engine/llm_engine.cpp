@@ -309,6 +309,7 @@ void LLMEngine::admit() {
     }
     if (opts_.drafter) {
       s.draft = opts_.drafter->start();
+      opts_.drafter->reserve(*s.draft, static_cast<int>(s.req.prompt.size()) + s.req.stop.max_tokens);
       // The drafter still gets the whole context: the cached positions' captured target
       // rows come from the feature store, written when those blocks were computed.
       s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);

@@ -73,7 +73,7 @@ int drafts_for_block_size(const DrafterInfo& info, int block_size) {
 }
 
 SpecDecoder::SpecDecoder(Model& model, const SamplingParams& params, const SpecOptions& opts, int capacity)
-    : model_(model), params_(params), opts_(opts), rng_(params.seed) {
+    : model_(model), params_(params), opts_(opts), rng_(params.seed), capacity_(capacity) {
   validate_sampling_params(params);
   if (capacity <= 0) throw Error("speculative decoding: KV capacity must be > 0");
   if (opts_.drafter) {
@@ -104,8 +104,9 @@ int32_t SpecDecoder::prefill(const std::vector<int32_t>& prompt) {
   model_.forward(*kv_, batch, out);
   anchor_ = verify_drafts(out.logits.data(), out.vocab_size, {}, {}, params_, rng_).next_token;
   if (seq_) {
-    pending_tokens_ = prompt;
-    pending_hidden_ = std::move(out.captured);
+    opts_.drafter->reserve(*seq_, capacity_);
+    opts_.drafter->commit_context(*seq_, prompt.data(), feat_ ? out.captured.data() : nullptr,
+                                  static_cast<int>(prompt.size()));
   }
   return anchor_;
 }

@@ -106,7 +106,10 @@ class SpecDecoder {
   SpecDecoder(Model& model, const SamplingParams& params, const SpecOptions& opts, int capacity);
   ~SpecDecoder();
 
-  // Runs the prefill and returns the first generated token (the first anchor).
+  // Runs the prefill and returns the first generated token (the first anchor). With a
+  // drafter this includes the drafter's own prefill: the prompt's captured target rows are
+  // committed to it here (its context rows, sized once for `capacity` positions), as the
+  // target's KV is, so decoding rounds only commit what they accept.
   int32_t prefill(const std::vector<int32_t>& prompt);
   // Runs one round; max_new >= 1. The returned record's `tokens` has 1..max_new entries.
   SpecRound& round(int max_new);
@@ -128,6 +131,7 @@ class SpecDecoder {
   Rng rng_;
   int32_t anchor_ = 0;
   int rounds_ = 0;
+  int capacity_ = 0;  // prompt + max new tokens
   std::vector<int> capture_;
   int feat_ = 0;  // captured floats per position
   std::vector<int32_t> pending_tokens_;

@@ -20,6 +20,8 @@
 
 namespace dsinfer {
 
+struct WeightView;
+
 class KVCache;
 
 struct ForwardEntry {
@@ -78,6 +80,13 @@ class Model {
   virtual void embed(const int32_t* ids, int n, float* out) const = 0;
   // lm_head: logits[i * vocab ..] = head(final_norm(hidden[i])) when apply_norm.
   virtual void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const = 0;
+  // The host matrices behind embed() and the LM head, for drafters whose checkpoints carry
+  // frozen copies of them (DeepSpec DFlash/DSpark store embed_tokens and lm_head): a drafter
+  // whose copy is bit-identical uses the target's instead, so the pair keeps one copy in
+  // memory and in the caches (same bits in, same kernels: the drafts do not change).
+  // nullptr where the model has none on the host (GPU models). Valid while the model lives.
+  virtual const WeightView* host_embedding() const { return nullptr; }
+  virtual const WeightView* host_lm_head() const { return nullptr; }
 
   // Bytes of weights one decode step (batch 1) has to read: every matrix once plus the
   // norm vectors. Used by bench-model for the bandwidth roofline. 0 = unknown.

@@ -41,6 +41,8 @@ class Qwen3Model final : public Model {
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override;
   void embed(const int32_t* ids, int n, float* out) const override;
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
+  const WeightView* host_embedding() const override { return &embed_; }
+  const WeightView* host_lm_head() const override { return &head_; }
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
  private:

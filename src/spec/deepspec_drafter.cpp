@@ -6,18 +6,19 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/model.h"
 #include "model/qwen3_layer.h"
 #include "model/weights.h"
 
 namespace dsinfer {
 
-DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const ModelConfig& target, const DrafterOptions& opts)
-    : V_(target.vocab_size) {
+DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const Model& target, const DrafterOptions& opts)
+    : V_(target.config().vocab_size) {
   store_ = std::make_unique<WeightStore>(cfg.base.model_dir, opts.weight_dtype);
   const int H = cfg.base.hidden_size;
   // Shapes against the TARGET vocabulary: the frozen copies must index the same ids.
-  embed_ = store_->matrix("embed_tokens.weight", V_, H);
-  lm_head_ = store_->matrix("lm_head.weight", V_, H);
+  embed_ = shared_or_own("embed_tokens.weight", target.host_embedding(), H, opts.weight_dtype);
+  lm_head_ = shared_or_own("lm_head.weight", target.host_lm_head(), H, opts.weight_dtype);
   backbone_ = std::make_unique<DraftBackbone>(cfg.base, static_cast<int>(cfg.target_layer_ids.size()), cfg.block_size,
                                               opts.window_size, *store_, "");
   if (cfg.markov_rank > 0) {
@@ -40,6 +41,21 @@ DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const ModelConfig& targ
 }
 
 DeepSpecDrafter::~DeepSpecDrafter() = default;
+
+WeightView DeepSpecDrafter::shared_or_own(const std::string& name, const WeightView* t, int H,
+                                          const std::string& weight_dtype) {
+  const WeightInfo raw = store_->require(name, {DType::BF16, DType::F32, DType::F16}, {V_, H});
+  // The dtype WeightStore::matrix would hand out (weights.h): only then are bytes comparable.
+  const bool kept_as_stored = weight_dtype == "f32"    ? raw.dtype == DType::F32
+                              : weight_dtype == "bf16" ? raw.dtype == DType::BF16
+                                                       : raw.dtype != DType::F16;
+  if (t && t->data && kept_as_stored && t->dtype == raw.dtype && t->rows == V_ && t->cols == H &&
+      std::memcmp(t->data, raw.data, raw.nbytes) == 0) {
+    info_.shared_with_target.push_back(name);
+    return *t;
+  }
+  return store_->matrix(name, V_, H);
+}
 
 DraftProposal DeepSpecDrafter::run(DraftContext& seq, int32_t anchor, int n, const SamplingParams& params, Rng& rng,
                                    DraftDebug* dbg) const {

@@ -22,7 +22,9 @@ namespace dsinfer {
 
 class DeepSpecDrafter final : public BlockDrafter {
  public:
-  DeepSpecDrafter(const DraftConfig& cfg, const ModelConfig& target, const DrafterOptions& opts);
+  // The draft's embed_tokens / lm_head are the target's own matrices when the checkpoint's
+  // copies are bit-identical to them (they are frozen copies in DeepSpec training).
+  DeepSpecDrafter(const DraftConfig& cfg, const Model& target, const DrafterOptions& opts);
   ~DeepSpecDrafter() override;
 
   const MarkovHead* markov_head() const { return markov_.get(); }
@@ -38,6 +40,11 @@ class DeepSpecDrafter final : public BlockDrafter {
  private:
   // dbg (only with one item) records every intermediate for debug-dflash.
   std::vector<DraftProposal> run_items(const std::vector<RunItem>& items, DraftDebug* dbg) const;
+
+  // The target's view of `name` when the draft's [V, H] tensor is a byte-identical copy in
+  // the dtype the drafter would keep it in; else the drafter's own view.
+  WeightView shared_or_own(const std::string& name, const WeightView* target_view, int H,
+                           const std::string& weight_dtype);
 
   int V_ = 0;
   WeightView embed_{}, lm_head_{};

@@ -93,6 +93,15 @@ void DraftBackbone::apply_window(DraftContext& s) const {
   s.store_first_ = keep_from;
 }
 
+void DraftBackbone::reserve(DraftContext& s, int positions) const {
+  if (positions <= 0) return;
+  // With a window, apply_window() compacts once the dropped prefix reaches the kept rows
+  // (or 32): at most 2 * keep + 32 rows are ever stored.
+  const int keep = window_ > 0 ? std::max(window_, s.window_override_) : 0;
+  const int rows = keep > 0 ? std::min(positions, 2 * keep + 32) : positions;
+  ensure_capacity(s, s.length_ - s.store_first_ + rows + bs_);
+}
+
 void DraftBackbone::set_window(DraftContext& s, int window) const {
   if (window < 0) throw Error("drafter window: must be >= 0, got " + std::to_string(window));
   s.window_override_ = window;
@@ -262,6 +271,8 @@ void BlockDrafter::commit_context(DraftSequence& seq, const int32_t* tokens, con
 }
 
 void BlockDrafter::set_window(DraftSequence& seq, int window) const { backbone_->set_window(as_ctx(seq), window); }
+
+void BlockDrafter::reserve(DraftSequence& seq, int positions) const { backbone_->reserve(as_ctx(seq), positions); }
 
 void BlockDrafter::commit_context_batch(const std::vector<ContextBatchItem>& items) const {
   check_batch_items(items);

@@ -90,6 +90,8 @@ class DraftBackbone {
   // windows; rows already dropped do not come back (a grown window fills up as positions
   // arrive), and without a configured window every row stays stored.
   void set_window(DraftContext& seq, int window) const;
+  // Capacity for `positions` committed positions (at most what the window keeps) + a block.
+  void reserve(DraftContext& seq, int positions) const;
 
  private:
   void ensure_capacity(DraftContext& seq, int rows_needed) const;
@@ -132,6 +134,7 @@ class BlockDrafter : public Drafter {
   void commit_context_batch(const std::vector<ContextBatchItem>& items) const override;
   bool supports_window() const override { return true; }
   void set_window(DraftSequence& seq, int window) const override;
+  void reserve(DraftSequence& seq, int positions) const override;
   // Proposes the full block (n drafts) and records every intermediate in `dbg`.
   DraftProposal propose_debug(DraftSequence& seq, int32_t anchor, const SamplingParams& params, Rng& rng,
                               DraftDebug& dbg) const;

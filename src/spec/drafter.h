@@ -53,6 +53,9 @@ struct DrafterInfo {
   int32_t mask_token_id = -1;
   std::string markov_head;            // "", "vanilla", "gated", "rnn"
   bool confidence_head = false;
+  // Tensors the drafter uses from the target instead of its own bit-identical copy
+  // (Model::host_embedding/host_lm_head), e.g. {"embed_tokens.weight", "lm_head.weight"}.
+  std::vector<std::string> shared_with_target;
 };
 
 // Keeps the first n drafts of a proposal (tokens, their q rows, confidences); n <= size.
@@ -107,6 +110,15 @@ class Drafter {
   // engine move it per sequence (the dynamic drafter window); others refuse.
   virtual bool supports_window() const { return false; }
   virtual void set_window(DraftSequence& seq, int window) const;
+
+  // Sizes the sequence's state for `positions` committed positions up front (prompt + new
+  // tokens), so decoding never grows it: growing copies the state, and first-touching
+  // fresh pages costs page faults that, in a VM, were several plain decode steps long.
+  // A hint: committing more still works. Default: nothing to size.
+  virtual void reserve(DraftSequence& seq, int positions) const {
+    (void)seq;
+    (void)positions;
+  }
 };
 
 }  // namespace dsinfer

@@ -174,7 +174,7 @@ std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model&
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;
   if (cfg.dialect == DraftDialect::ZLab) return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
-  return std::make_unique<DeepSpecDrafter>(cfg, target.config(), o);
+  return std::make_unique<DeepSpecDrafter>(cfg, target, o);
 }
 
 }  // namespace dsinfer

@@ -7,7 +7,9 @@
 //     confidences and confidence logits must be bit-identical, greedy and sampled (each item
 //     has its own rng, seeded alike on both sides);
 //   - then a batched commit of each sequence's drafts, so the next round runs at new lengths.
-// Also: one-line errors for a sequence named twice.
+// Also: one-line errors for a sequence named twice; a DeepSpec drafter uses the target's own
+// embedding and LM head (its checkpoint copies are bit-identical) and drafts exactly as
+// with its own copies.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -125,6 +127,52 @@ TEST(SpecDrafterBatch, DSparkBatchEqualsSingleGreedy) { check_drafter("dspark", 
 TEST(SpecDrafterBatch, DSparkBatchEqualsSingleSampled) { check_drafter("dspark", true); }
 TEST(SpecDrafterBatch, DFlashBatchEqualsSingleGreedy) { check_drafter("dflash", false); }
 TEST(SpecDrafterBatch, ZlabDFlashBatchEqualsSingleSampled) { check_drafter("dflash-zlab", true); }
+
+// The target as it is, minus the host weight views: a drafter bound to it keeps its own copies.
+class WithoutHostWeights final : public Model {
+ public:
+  explicit WithoutHostWeights(Model& m) : m_(m) {}
+  const ModelConfig& config() const override { return m_.config(); }
+  std::unique_ptr<KVCache> make_kv_cache(int s, int t) const override { return m_.make_kv_cache(s, t); }
+  void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& o) override { m_.forward(kv, b, o); }
+  void embed(const int32_t* ids, int n, float* out) const override { m_.embed(ids, n, out); }
+  void lm_head(const float* h, int n, float* l, bool norm) const override { m_.lm_head(h, n, l, norm); }
+
+ private:
+  Model& m_;
+};
+
+TEST(SpecDrafterBatch, DeepSpecDrafterUsesTheTargetsEmbeddingAndHeadWithSameDrafts) {
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
+  auto target = load_model(kRoot + "/target");
+  WithoutHostWeights plain(*target);
+  auto shared = load_drafter(kRoot + "/dspark", *target);
+  auto own = load_drafter(kRoot + "/dspark", plain);
+  EXPECT_EQ(shared->info().shared_with_target, (std::vector<std::string>{"embed_tokens.weight", "lm_head.weight"}));
+  EXPECT_TRUE(own->info().shared_with_target.empty());
+  std::vector<int32_t> prompt;
+  for (int t = 0; t < 40; ++t) prompt.push_back(static_cast<int32_t>((t * 131 + 7) % 8000));
+  auto kv = target->make_kv_cache(1, 128);
+  ForwardBatch b;
+  b.capture_layers = shared->info().target_layer_ids;
+  b.entries.push_back(ForwardEntry{0, prompt, {39}});
+  ForwardOutput o;
+  target->forward(*kv, b, o);
+  for (bool sampled : {false, true}) {
+    SamplingParams params;
+    if (sampled) params.temperature = 0.8f;
+    auto sa = shared->start();
+    auto sb = own->start();
+    shared->commit_context(*sa, prompt.data(), o.captured.data(), 40);
+    own->commit_context(*sb, prompt.data(), o.captured.data(), 40);
+    Rng ra(5), rb(5);
+    const DraftProposal pa = shared->propose(*sa, prompt.back(), 8, params, ra);
+    const DraftProposal pb = own->propose(*sb, prompt.back(), 8, params, rb);
+    EXPECT_EQ(pa.tokens, pb.tokens);
+    EXPECT_TRUE(same_floats(pa.q, pb.q));
+    EXPECT_TRUE(same_floats(pa.confidence_logits, pb.confidence_logits));
+  }
+}
 
 TEST(SpecDrafterBatch, SequenceNamedTwiceIsRefused) {
   if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
