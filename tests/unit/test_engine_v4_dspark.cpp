@@ -228,6 +228,49 @@ TEST(V4DSpark, StateAfterRoundsEqualsFreshPrefill) {
   EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)));
 }
 
+// Sampled drafting: q rows are the distributions the drafts were drawn from (normalised,
+// positive at the drawn token), and sampled speculation runs to the requested length.
+TEST(V4DSpark, SampledDraftsCarryTheirDistributions) {
+  Scratch dir;
+  test::write_tiny_v4_dspark(test::TinyDSparkSpec{}, dir.path);
+  auto target = load_model(dir.path);
+  auto d = load_drafter(dir.path, *target);
+  const int V = target->config().vocab_size;
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.95f;
+  sp.seed = 3;
+  const std::vector<int32_t> prompt = prompts(V)[2];
+  auto kv = target->make_kv_cache(1, 64);
+  ForwardBatch b;
+  b.capture_layers = d->info().target_layer_ids;
+  b.entries.push_back({0, prompt, {}});
+  ForwardOutput out;
+  target->forward(*kv, b, out);
+  auto seq = d->start();
+  d->commit_context(*seq, prompt.data(), out.captured.data(), static_cast<int>(prompt.size()));
+  EXPECT_EQ(seq->context_length(), static_cast<int>(prompt.size()));
+  Rng rng(5);
+  const DraftProposal p = d->propose(*seq, 7, 4, sp, rng);
+  ASSERT_EQ(p.tokens.size(), 4u);
+  ASSERT_EQ(p.q.size(), static_cast<size_t>(4 * V));
+  ASSERT_EQ(p.confidence.size(), 4u);
+  for (int k = 0; k < 4; ++k) {
+    double sum = 0;
+    for (int j = 0; j < V; ++j) sum += p.q[k * V + j];
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+    EXPECT_GT(p.q[k * V + p.tokens[k]], 0.0f);
+    EXPECT_GT(p.confidence[k], 0.0f);
+    EXPECT_LT(p.confidence[k], 1.0f);
+  }
+  SpecOptions so;
+  so.drafter = d.get();
+  StopConditions stop;
+  stop.max_tokens = 30;
+  auto r = generate(*target, nullptr, prompt, sp, stop, {}, so);
+  EXPECT_EQ(r.ids.size(), 30u);
+}
+
 TEST(V4DSpark, CliGenerateUsesTheEmbeddedDrafter) {
   Scratch dir;
   test::TinyDSparkSpec sp;
@@ -280,6 +323,12 @@ TEST(V4DSpark, LoaderErrorsNameTheTensorOrField) {
     const std::string msg = error_of([&] { load_drafter(dir.path, *target); });
     EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  // A V4 drafter needs a V4 target.
+  {
+    auto qwen = load_model(std::string(DSINFER_TEST_DATA) + "/qwen3/yarn_gqa3");
+    const std::string msg = error_of([&] { load_drafter(good.path, *qwen); });
+    EXPECT_NE(msg.find("needs a DeepSeek-V4 target"), std::string::npos) << msg;
   }
   // No mtp.* stages at all, and missing / bad dspark_* fields.
   {
