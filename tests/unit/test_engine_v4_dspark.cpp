@@ -29,6 +29,7 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/speculative.h"
+#include "model/deepseek_v4.h"
 #include "model/model.h"
 #include "spec/drafter_loader.h"
 #include "v4_dspark_test_util.h"
@@ -95,6 +96,11 @@ TEST(V4DSpark, LoadsStagesAndCapturesStreamMeans) {
   EXPECT_EQ(info.mask_token_id, 2);
   EXPECT_EQ(info.markov_head, "vanilla");
   EXPECT_TRUE(info.confidence_head);
+  // The memory plan counts the drafter: target + drafter beyond physical memory is refused.
+  EXPECT_GT(deepseek_v4_weight_bytes(*target), 0u);
+  const std::string refusal =
+      error_of([&] { deepseek_v4_plan_drafter(*target, "DSpark drafter", uint64_t{1} << 60, 0); });
+  EXPECT_NE(refusal.find("refusing to load the drafter"), std::string::npos) << refusal;
 
   // Captured layer -1 is the embedding (the mean of n_hc identical copies).
   auto kv = target->make_kv_cache(1, 16);
