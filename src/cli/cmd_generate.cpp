@@ -25,6 +25,7 @@
 #include "engine/generator.h"
 #include "engine/speculative.h"
 #include "engine/sps_profile.h"
+#include "model/deepseek_v4.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/drafter_loader.h"
@@ -122,12 +123,15 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   }
   // dflash / dspark (or a draft checkpoint without --spec: its own kind decides).
   const std::string shown = method.empty() ? std::string("--draft-model-path") : "--spec " + method;
-  if (a.draft_model_path.empty()) throw Error(shown + ": needs --draft-model-path");
-  if (!file_exists(a.draft_model_path + "/config.json"))
-    throw Error("--draft-model-path: " + a.draft_model_path + "/config.json not found (expected a drafter checkpoint directory)");
+  // A DeepSeek-V4 target carries its own DSpark drafter (mtp.*): --spec dspark alone uses it.
+  std::string draft_dir = a.draft_model_path;
+  if (draft_dir.empty() && method == "dspark" && deepseek_v4_config(target)) draft_dir = target.config().model_dir;
+  if (draft_dir.empty()) throw Error(shown + ": needs --draft-model-path");
+  if (!file_exists(draft_dir + "/config.json"))
+    throw Error("--draft-model-path: " + draft_dir + "/config.json not found (expected a drafter checkpoint directory)");
   DrafterOptions dopts;
   if (a.window_size >= 0) dopts.window_size = a.window_size;  // else the drafter's recommended window
-  std::unique_ptr<Drafter> d = load_drafter(a.draft_model_path, target, dopts);
+  std::unique_ptr<Drafter> d = load_drafter(draft_dir, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
   const std::string schedule = resolve_schedule(a, method, d.get());
@@ -139,18 +143,18 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   }
   if (!d->info().confidence_head)
     throw Error((a.validation_threshold > 0.0f ? std::string("--dflash-validation-threshold") : "--spec-schedule " + schedule) +
-                ": the drafter in " + a.draft_model_path +
+                ": the drafter in " + draft_dir +
                 " has no confidence head (needs a DSpark checkpoint with enable_confidence_head)");
   if (schedule == "threshold" && a.validation_threshold < 0.0f)
     throw Error("--spec-schedule threshold: needs --dflash-validation-threshold T in [0, 1] (0 prunes nothing)");
   if (schedule == "threshold" && !a.sps_table_path.empty()) throw Error("--sps-table: only used by --spec-schedule dspark");
   if (a.validation_threshold > 0.0f) opts.validation_threshold = a.validation_threshold;  // dspark: a floor
-  calibration = load_calibration(a.draft_model_path);
+  calibration = load_calibration(draft_dir);
   if (calibration) {
     opts.calibration = &*calibration;
   } else {
     std::fprintf(stderr, "warning: %s has no calibration.json: scheduling on raw confidences (run dsinfer calibrate)\n",
-                 a.draft_model_path.c_str());
+                 draft_dir.c_str());
   }
   if (schedule == "dspark") {
     // SPS(B) for B up to the largest verify (anchor + drafts), profiled for this target +
@@ -163,7 +167,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     } else {
       SpsProfileOptions po;
       po.max_batch_tokens = std::max(n, 0) + 1;
-      const std::string hash = sps_model_hash(a.model_path, a.draft_model_path);
+      const std::string hash = sps_model_hash(a.model_path, draft_dir);
       const std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
       bool profiled = false;
       res.sps = load_or_profile_sps(target, d.get(), hash, machine, default_sps_cache_path(hash), po, &profiled);

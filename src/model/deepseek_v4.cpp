@@ -69,6 +69,7 @@ class DeepseekV4Model final : public Model {
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
   const DeepseekV4Config& v4() const { return cfg_; }
+  uint64_t weight_bytes() const { return w_.matrix_bytes; }
 
  private:
   ModelConfig gcfg_;
@@ -164,12 +165,14 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
     T += n;
     n_logits += static_cast<int64_t>(en.logit_rows.size());
   }
-  if (!batch.capture_layers.empty())
-    throw Error("forward: capturing layer outputs is not supported for DeepSeek-V4 yet (its DSpark drafter is not implemented)");
+  for (int c : batch.capture_layers)
+    if (c < -1 || c >= cfg_.layers)
+      throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(cfg_.layers) + ")");
+  const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);
   out.hidden_size = static_cast<int>(D);
   out.logits.resize(static_cast<size_t>(n_logits * V));
-  out.captured.clear();
+  out.captured.assign(static_cast<size_t>(T * n_cap * D), 0.0f);
   if (T == 0) return;
 
   std::vector<V4Segment> segs;
@@ -191,6 +194,23 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
   }
   const V4HcParams hp{nhc, D, cfg_.hc_iters, static_cast<float>(cfg_.hc_eps), static_cast<float>(cfg_.eps)};
   const float eps = static_cast<float>(cfg_.eps);
+  // A captured layer output (for the DSpark drafter) is the mean of the n_hc residual
+  // streams after that layer (-1: after the embedding), summed in stream order.
+  auto capture = [&](int layer_id) {
+    for (int64_t c = 0; c < n_cap; ++c) {
+      if (batch.capture_layers[c] != layer_id) continue;
+      for (int64_t r = 0; r < T; ++r) {
+        float* dst = out.captured.data() + (r * n_cap + c) * D;
+        const float* x = X.data() + r * nhc * D;
+        for (int64_t k = 0; k < D; ++k) {
+          float acc = 0;
+          for (int j = 0; j < nhc; ++j) acc += x[j * D + k];
+          dst[k] = acc / static_cast<float>(nhc);
+        }
+      }
+    }
+  };
+  capture(-1);
   for (int l = 0; l < cfg_.layers; ++l) {
     const V4LayerWeights& L = w_.layers[l];
     v4_hc_pre({&L.attn_hc_fn, L.attn_hc_base.data(), L.attn_hc_scale.data()}, hp, X.data(), T, post.data(), comb.data(),
@@ -203,6 +223,7 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
     rmsnorm(u.data(), D, T, D, L.post_norm.data(), eps, u.data(), D);
     v4_moe(L, cfg_, u.data(), tokens.data(), T, y.data());
     v4_hc_post(hp, post.data(), comb.data(), y.data(), T, X.data());
+    capture(l);
   }
   for (const V4Segment& s : segs) st->set_length(s.slot, s.start + s.n);
   if (n_logits == 0) return;
@@ -229,6 +250,24 @@ std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOption
 const DeepseekV4Config* deepseek_v4_config(const Model& m) {
   const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
   return v ? &v->v4() : nullptr;
+}
+
+void deepseek_v4_plan_drafter(const Model& target, const std::string& what, uint64_t drafter_bytes,
+                              uint64_t drafter_expert_bytes) {
+  const uint64_t tb = deepseek_v4_weight_bytes(target), sum = tb + drafter_bytes;
+  const uint64_t total = meminfo_kib("MemTotal:") * 1024ull, avail = meminfo_kib("MemAvailable:") * 1024ull;
+  std::fprintf(stderr,
+               "deepseek_v4: %s weights %s (routed experts %s); target + drafter %s; memory %s total, %s available\n",
+               what.c_str(), gib(drafter_bytes).c_str(), gib(drafter_expert_bytes).c_str(), gib(sum).c_str(),
+               gib(total).c_str(), gib(avail).c_str());
+  if (total > 0 && sum > total)
+    throw Error(what + ": target + drafter weights need " + gib(sum) + " but this machine has " + gib(total) +
+                " of memory; refusing to load the drafter (run without it, or on a machine with more memory)");
+}
+
+uint64_t deepseek_v4_weight_bytes(const Model& m) {
+  const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
+  return v ? v->weight_bytes() : 0;
 }
 
 }  // namespace dsinfer

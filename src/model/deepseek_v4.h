@@ -6,7 +6,9 @@
 // mHC site → input norm → attention (deepseek_v4_attention: window + CSA/HCA branches,
 // reading and extending the sequence's V4State) → mHC mix-back; mHC site → post-attention
 // norm → MoE (deepseek_v4_moe) → mHC mix-back. Then the hc_head collapse, the final norm
-// and the LM head over only the rows whose logits were asked for. Linear layers are single
+// and the LM head over only the rows whose logits were asked for. A captured layer output
+// (ForwardBatch::capture_layers, what the DSpark drafter drafts from) is the mean of the
+// n_hc streams after that layer (-1: the embedding). Linear layers are single
 // matmuls over every row of every sequence; attention and compression are per sequence.
 // The decoding state is V4State (deepseek_v4_state.h), whose truncate() is exact, so
 // speculative verification and rollback work as for Qwen3.
@@ -22,5 +24,13 @@ std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOption
 
 // The parsed V4 configuration of a model built by load_deepseek_v4 (nullptr otherwise).
 const DeepseekV4Config* deepseek_v4_config(const Model& m);
+// Bytes of the target's weights as held in memory (0 for a model that is not V4): the
+// DSpark drafter adds its own to this for its memory check.
+uint64_t deepseek_v4_weight_bytes(const Model& m);
+// The memory plan's drafter line: prints the drafter's weights next to the target's and
+// refuses (one-line Error naming `what`) when target + drafter cannot fit in this
+// machine's memory.
+void deepseek_v4_plan_drafter(const Model& target, const std::string& what, uint64_t drafter_bytes,
+                              uint64_t drafter_expert_bytes);
 
 }  // namespace dsinfer

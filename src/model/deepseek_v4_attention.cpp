@@ -135,9 +135,81 @@ void run_compressor(const V4Compressor& X, const float* h, int64_t T, const std:
 
 }  // namespace
 
+void v4_rope_rows(const std::vector<float>& inv, const int32_t* pos, int64_t T, float* cs, float* sn) {
+  rope_tables(inv.data(), static_cast<int>(inv.size()), pos, T, 1.0f, cs, sn);
+}
+
+void v4_attn_kv(const V4LayerWeights& L, const DeepseekV4Config& c, int half, const float* cs, const float* sn,
+                const float* x, int64_t T, float* kv) {
+  const int d = c.head_dim;
+  v4_matmul(x, T, L.kv, kv);
+  rmsnorm(kv, d, T, d, L.kv_norm.data(), static_cast<float>(c.eps), kv, d);
+  for (int64_t r = 0; r < T; ++r) rope_tail(kv + r * d, d, half, cs + r * half, sn + r * half, 1.0f);
+}
+
+void v4_attn_project(const V4LayerWeights& L, const DeepseekV4Config& c, int half, const float* cs, const float* sn,
+                     const float* h, int64_t T, float* qres, float* q, float* kv) {
+  const int H = c.heads, d = c.head_dim, qr = c.q_lora;
+  const int64_t Hd = static_cast<int64_t>(H) * d;
+  const float eps = static_cast<float>(c.eps);
+  v4_matmul(h, T, L.q_a, qres);
+  rmsnorm(qres, qr, T, qr, L.q_a_norm.data(), eps, qres, qr);
+  v4_matmul(qres, T, L.q_b, q);
+  for (int64_t r = 0; r < T; ++r)
+    for (int hh = 0; hh < H; ++hh) {
+      float* qh = q + r * Hd + static_cast<int64_t>(hh) * d;
+      rms_vec(qh, d, nullptr, eps, qh);
+      rope_tail(qh, d, half, cs + r * half, sn + r * half, 1.0f);
+    }
+  v4_attn_kv(L, c, half, cs, sn, h, T, kv);
+}
+
+void v4_attn_row(const V4LayerWeights& L, const DeepseekV4Config& c, const float* q_row, const float* const* keys,
+                 size_t nk, const float* cs, const float* sn, int half, std::vector<float>& logit, float* o_row) {
+  const int H = c.heads, d = c.head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  logit.resize(nk);
+  for (int hh = 0; hh < H; ++hh) {
+    const float* qh = q_row + static_cast<int64_t>(hh) * d;
+    float mx = L.sinks[hh];
+    for (size_t j = 0; j < nk; ++j) {
+      float dot = 0;
+      for (int k = 0; k < d; ++k) dot += qh[k] * keys[j][k];
+      logit[j] = dot * scale;
+      mx = std::fmax(mx, logit[j]);
+    }
+    float sum = std::exp(L.sinks[hh] - mx);
+    for (size_t j = 0; j < nk; ++j) sum += (logit[j] = std::exp(logit[j] - mx));
+    float* o = o_row + static_cast<int64_t>(hh) * d;
+    std::fill(o, o + d, 0.0f);
+    for (size_t j = 0; j < nk; ++j) {
+      const float pj = logit[j] / sum;
+      for (int k = 0; k < d; ++k) o[k] += pj * keys[j][k];
+    }
+    rope_tail(o, d, half, cs, sn, -1.0f);
+  }
+}
+
+void v4_attn_output(const V4LayerWeights& L, const DeepseekV4Config& c, const float* att, int64_t T, float* out) {
+  const int G = c.o_groups, orank = c.o_lora;
+  const int64_t Hd = static_cast<int64_t>(c.heads) * c.head_dim;
+  // Grouped output projection: group g = heads [g·H/G, (g+1)·H/G) → o_r, then W_ob.
+  const int64_t gin = Hd / G;
+  std::vector<float> xg(static_cast<size_t>(T * gin)), yg(static_cast<size_t>(T * orank)),
+      cat(static_cast<size_t>(T * G * orank));
+  for (int g = 0; g < G; ++g) {
+    for (int64_t r = 0; r < T; ++r) std::memcpy(xg.data() + r * gin, att + r * Hd + g * gin, sizeof(float) * gin);
+    const V4Linear blk = row_block(L.o_a, static_cast<int64_t>(g) * orank, orank);
+    v4_matmul(xg.data(), T, blk, yg.data());
+    for (int64_t r = 0; r < T; ++r)
+      std::memcpy(cat.data() + r * G * orank + static_cast<int64_t>(g) * orank, yg.data() + r * orank, sizeof(float) * orank);
+  }
+  v4_matmul(cat.data(), T, L.o_b, out);
+}
+
 void v4_attention(const V4LayerWeights& L, const DeepseekV4Config& c, const V4RopeTables& rope, int layer,
                   V4State& st, const std::vector<V4Segment>& segs, const float* h, int64_t T, float* out) {
-  const int H = c.heads, d = c.head_dim, qr = c.q_lora, G = c.o_groups, orank = c.o_lora, W = c.window;
+  const int H = c.heads, d = c.head_dim, qr = c.q_lora, W = c.window;
   const int64_t Hd = static_cast<int64_t>(H) * d;
   const float eps = static_cast<float>(c.eps);
   const bool sliding = L.attn == V4Attn::Sliding, csa = L.attn == V4Attn::CSA;
@@ -149,23 +221,11 @@ void v4_attention(const V4LayerWeights& L, const DeepseekV4Config& c, const V4Ro
   for (const V4Segment& s : segs)
     for (int i = 0; i < s.n; ++i) pos[s.row0 + i] = s.start + i;
   std::vector<float> cs(static_cast<size_t>(T * half)), sn(static_cast<size_t>(T * half));
-  rope_tables(inv.data(), half, pos.data(), T, 1.0f, cs.data(), sn.data());
+  v4_rope_rows(inv, pos.data(), T, cs.data(), sn.data());
 
   // Queries and the shared K=V row.
   std::vector<float> qres(static_cast<size_t>(T * qr)), q(static_cast<size_t>(T * Hd)), kv(static_cast<size_t>(T * d));
-  v4_matmul(h, T, L.q_a, qres.data());
-  rmsnorm(qres.data(), qr, T, qr, L.q_a_norm.data(), eps, qres.data(), qr);
-  v4_matmul(qres.data(), T, L.q_b, q.data());
-  v4_matmul(h, T, L.kv, kv.data());
-  rmsnorm(kv.data(), d, T, d, L.kv_norm.data(), eps, kv.data(), d);
-  for (int64_t r = 0; r < T; ++r) {
-    for (int hh = 0; hh < H; ++hh) {
-      float* qh = q.data() + r * Hd + static_cast<int64_t>(hh) * d;
-      rms_vec(qh, d, nullptr, eps, qh);
-      rope_tail(qh, d, half, cs.data() + r * half, sn.data() + r * half, 1.0f);
-    }
-    rope_tail(kv.data() + r * d, d, half, cs.data() + r * half, sn.data() + r * half, 1.0f);
-  }
+  v4_attn_project(L, c, half, cs.data(), sn.data(), h, T, qres.data(), q.data(), kv.data());
   for (const V4Segment& s : segs) {
     V4State::PositionRows& rows = st.at(layer, s.slot).kv;
     rows.ensure(s.start + s.n, d);
@@ -197,7 +257,6 @@ void v4_attention(const V4LayerWeights& L, const DeepseekV4Config& c, const V4Ro
   std::vector<int> row_seg(static_cast<size_t>(T));
   for (size_t si = 0; si < segs.size(); ++si)
     for (int i = 0; i < segs[si].n; ++i) row_seg[segs[si].row0 + i] = static_cast<int>(si);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float iscale = 1.0f / std::sqrt(static_cast<float>(dI));
   const int m = sliding ? 0 : L.comp.rate;
   ThreadPool::global().parallel_for(static_cast<size_t>(T), [&](size_t lo, size_t hi) {
@@ -238,42 +297,12 @@ void v4_attention(const V4LayerWeights& L, const DeepseekV4Config& c, const V4Ro
           for (int j = 0; j < kk; ++j) keys.push_back(ls.comp_entry.data() + static_cast<int64_t>(order[j]) * d);
         }
       }
-      const size_t nk = keys.size();
-      logit.resize(nk);
-      for (int hh = 0; hh < H; ++hh) {
-        const float* qh = q.data() + r * Hd + static_cast<int64_t>(hh) * d;
-        float mx = L.sinks[hh];
-        for (size_t j = 0; j < nk; ++j) {
-          float dot = 0;
-          for (int k = 0; k < d; ++k) dot += qh[k] * keys[j][k];
-          logit[j] = dot * scale;
-          mx = std::fmax(mx, logit[j]);
-        }
-        float sum = std::exp(L.sinks[hh] - mx);
-        for (size_t j = 0; j < nk; ++j) sum += (logit[j] = std::exp(logit[j] - mx));
-        float* o = att.data() + r * Hd + static_cast<int64_t>(hh) * d;
-        std::fill(o, o + d, 0.0f);
-        for (size_t j = 0; j < nk; ++j) {
-          const float pj = logit[j] / sum;
-          for (int k = 0; k < d; ++k) o[k] += pj * keys[j][k];
-        }
-        rope_tail(o, d, half, cs.data() + r * half, sn.data() + r * half, -1.0f);
-      }
+      v4_attn_row(L, c, q.data() + r * Hd, keys.data(), keys.size(), cs.data() + r * half, sn.data() + r * half, half,
+                  logit, att.data() + r * Hd);
     }
   });
 
-  // Grouped output projection: group g = heads [g·H/G, (g+1)·H/G) → o_r, then W_ob.
-  const int64_t gin = Hd / G;
-  std::vector<float> xg(static_cast<size_t>(T * gin)), yg(static_cast<size_t>(T * orank)),
-      cat(static_cast<size_t>(T * G * orank));
-  for (int g = 0; g < G; ++g) {
-    for (int64_t r = 0; r < T; ++r) std::memcpy(xg.data() + r * gin, att.data() + r * Hd + g * gin, sizeof(float) * gin);
-    const V4Linear blk = row_block(L.o_a, static_cast<int64_t>(g) * orank, orank);
-    v4_matmul(xg.data(), T, blk, yg.data());
-    for (int64_t r = 0; r < T; ++r)
-      std::memcpy(cat.data() + r * G * orank + static_cast<int64_t>(g) * orank, yg.data() + r * orank, sizeof(float) * orank);
-  }
-  v4_matmul(cat.data(), T, L.o_b, out);
+  v4_attn_output(L, c, att.data(), T, out);
 }
 
 }  // namespace dsinfer

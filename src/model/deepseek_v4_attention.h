@@ -13,6 +13,9 @@
 //   Attention per query and head: one softmax with a learned sink over the window rows
 //   [p−W+1, p] plus the visible (HCA) or selected (CSA) entries; values = keys.
 //   Inverse RoPE on the output; grouped projection W_oa per head group; W_ob.
+// The pieces (v4_attn_project, v4_attn_row, v4_attn_output) are exposed for the DSpark
+// drafter's stages (spec/v4_dspark_drafter), whose attention is the same sub-block over a
+// different key set (committed context rows + the non-causal draft block).
 // Every per-token quantity is computed row by row (batch-invariant matmuls, per-row
 // loops), so results depend only on the sequence's own tokens.
 #pragma once
@@ -38,5 +41,21 @@ struct V4RopeTables {
 // h [T, D] in, out [T, D] out. Writes the new positions' rows into `st` (layer `layer`).
 void v4_attention(const V4LayerWeights& L, const DeepseekV4Config& c, const V4RopeTables& rope, int layer,
                   V4State& st, const std::vector<V4Segment>& segs, const float* h, int64_t T, float* out);
+
+// cos/sin tables [T, r/2] of the rows' positions for one inverse-frequency table.
+void v4_rope_rows(const std::vector<float>& inv, const int32_t* pos, int64_t T, float* cs, float* sn);
+// The shared K=V rows of x [T, D]: kv = RoPE(rmsw(W_kv·x)) [T, d] at the tables' positions.
+void v4_attn_kv(const V4LayerWeights& L, const DeepseekV4Config& c, int half, const float* cs, const float* sn,
+                const float* x, int64_t T, float* kv);
+// Queries and K=V rows of h [T, D]: qres [T, q_lora] (normed, for the indexer),
+// q [T, H·d] (per-head rms, RoPE), kv [T, d] (as v4_attn_kv).
+void v4_attn_project(const V4LayerWeights& L, const DeepseekV4Config& c, int half, const float* cs, const float* sn,
+                     const float* h, int64_t T, float* qres, float* q, float* kv);
+// One query row over nk keys (values = keys): per head one softmax with the learned sink,
+// then the inverse RoPE of the row's position (cs/sn: that row's tables). o_row [H·d].
+void v4_attn_row(const V4LayerWeights& L, const DeepseekV4Config& c, const float* q_row, const float* const* keys,
+                 size_t nk, const float* cs, const float* sn, int half, std::vector<float>& logit, float* o_row);
+// Grouped output projection of att [T, H·d] → out [T, D].
+void v4_attn_output(const V4LayerWeights& L, const DeepseekV4Config& c, const float* att, int64_t T, float* out);
 
 }  // namespace dsinfer

@@ -86,9 +86,27 @@ void v4_matmul(const float* x, int64_t m, const V4Linear& w, float* y) {
   else matmul(x, m, w.plain, y);
 }
 
+// "mtp.{s}.{rest}" (DSpark drafter stages): the layer renames apply to the block tensors;
+// the stage-level extras keep their names, with hc_head_* and ".scale" siblings canonicalised
+// as for the target.
+static std::string mtp_canonical(const std::string& s) {
+  const size_t dot = s.find('.', 4);
+  if (dot == std::string::npos || dot == 4) return s;
+  for (size_t i = 4; i < dot; ++i)
+    if (s[i] < '0' || s[i] > '9') return s;
+  const std::string stage = s.substr(0, dot + 1), rest = s.substr(dot + 1);
+  if (rest == "hc_head_fn") return stage + "hc_head.hc_fn";
+  if (rest == "hc_head_base") return stage + "hc_head.hc_base";
+  if (rest == "hc_head_scale") return stage + "hc_head.hc_scale";
+  std::string c = layer_suffix_canonical(rest);
+  if (c == rest && c.size() > 6 && c.compare(c.size() - 6, 6, ".scale") == 0)
+    c = c.substr(0, c.size() - 6) + ".weight_scale_inv";
+  return stage + c;
+}
+
 std::string V4TensorIndex::canonical_name(const std::string& stored) {
   std::string s = starts_with(stored, "model.") ? stored.substr(6) : stored;
-  if (starts_with(s, "mtp.")) return "";
+  if (starts_with(s, "mtp.")) return mtp_canonical(s);
   if (s == "embed.weight") return "embed_tokens.weight";
   if (s == "head.weight") return "lm_head.weight";
   if (s == "hc_head_fn") return "hc_head.hc_fn";
@@ -230,12 +248,130 @@ class V4WeightLoader {
   std::deque<std::vector<uint8_t>>& owned_;
 };
 
+V4LayerWeights load_v4_block(const V4TensorIndex& ix, const DeepseekV4Config& c, const std::string& prefix, V4Attn attn,
+                             int compress_rate, bool hash, std::deque<std::vector<uint8_t>>& owned, uint64_t& bytes,
+                             uint64_t& expert_bytes) {
+  V4WeightLoader ld(ix, owned);
+  const int64_t D = c.hidden, V = c.vocab, d = c.head_dim, H = c.heads, nhc = c.hc_mult, M = c.hc_mix();
+  const int64_t I = c.moe_inter, E = c.experts, G = c.o_groups;
+  auto add = [&](const V4Linear& w) { bytes += w.bytes(); };
+  V4LayerWeights L;
+  const std::string& p = prefix;
+  L.attn = attn;
+  L.hash = hash;
+  L.attn_hc_fn = ld.linear(p + "attn_hc.fn", M, nhc * D);
+  L.ffn_hc_fn = ld.linear(p + "ffn_hc.fn", M, nhc * D);
+  L.attn_hc_base = ld.floats(p + "attn_hc.base", {M});
+  L.ffn_hc_base = ld.floats(p + "ffn_hc.base", {M});
+  L.attn_hc_scale = ld.floats(p + "attn_hc.scale", {3});
+  L.ffn_hc_scale = ld.floats(p + "ffn_hc.scale", {3});
+  L.in_norm = ld.floats(p + "input_layernorm.weight", {D});
+  L.post_norm = ld.floats(p + "post_attention_layernorm.weight", {D});
+  const std::string a = p + "self_attn.";
+  L.q_a = ld.linear(a + "q_a_proj.weight", c.q_lora, D);
+  L.q_a_norm = ld.floats(a + "q_a_norm.weight", {c.q_lora});
+  L.q_b = ld.linear(a + "q_b_proj.weight", H * d, c.q_lora);
+  L.kv = ld.linear(a + "kv_proj.weight", d, D);
+  L.kv_norm = ld.floats(a + "kv_norm.weight", {d});
+  L.o_a = ld.linear(a + "o_a_proj.weight", G * c.o_lora, H * d / G);
+  L.o_b = ld.linear(a + "o_b_proj.weight", D, G * c.o_lora);
+  if (L.o_a.quantized && L.o_a.quant.format == QuantFormat::Fp8Block128 && G > 1 && c.o_lora % 128 != 0)
+    throw Error(ix.where() + ": tensor '" + a + "o_a_proj.weight': FP8 with o_lora_rank " + std::to_string(c.o_lora) +
+                " (the per-group row blocks must align with the 128-row scale blocks)");
+  L.sinks = ld.floats(a + "sinks", {H});
+  for (const V4Linear* w : {&L.attn_hc_fn, &L.ffn_hc_fn, &L.q_a, &L.q_b, &L.kv, &L.o_a, &L.o_b}) add(*w);
+  if (L.attn != V4Attn::Sliding) {
+    const bool csa = L.attn == V4Attn::CSA;
+    const int64_t width = csa ? 2 * d : d;
+    const std::string cp = a + "compressor.";
+    V4Compressor& C = L.comp;
+    C.rate = compress_rate;
+    C.dim = static_cast<int>(d);
+    C.overlap = csa;
+    C.kv = ld.linear(cp + "kv_proj.weight", width, D);
+    C.gate = ld.linear(cp + "gate_proj.weight", width, D);
+    C.pos_bias = ld.floats(cp + "position_bias", {C.rate, width});
+    C.norm = ld.floats(cp + "kv_norm.weight", {d});
+    add(C.kv);
+    add(C.gate);
+    if (csa) {
+      const int64_t dI = c.idx_head_dim, HI = c.idx_heads;
+      const std::string ip = cp + "indexer.";
+      V4Compressor& X = L.idx;
+      X.rate = C.rate;
+      X.dim = static_cast<int>(dI);
+      X.overlap = true;
+      X.kv = ld.linear(ip + "kv_proj.weight", 2 * dI, D);
+      X.gate = ld.linear(ip + "gate_proj.weight", 2 * dI, D);
+      X.pos_bias = ld.floats(ip + "position_bias", {X.rate, 2 * dI});
+      X.norm = ld.floats(ip + "kv_norm.weight", {dI});
+      L.idx_q_b = ld.linear(ip + "q_b_proj.weight", HI * dI, c.q_lora);
+      L.idx_weights = ld.linear(ip + "scorer.weights_proj.weight", HI, D);
+      for (const V4Linear* w : {&X.kv, &X.gate, &L.idx_q_b, &L.idx_weights}) add(*w);
+    }
+  }
+  const std::string m = p + "mlp.";
+  L.router = ld.linear(m + "gate.weight", E, D);
+  add(L.router);
+  if (L.hash) L.tid2eid = ld.ints(m + "gate.tid2eid", {V, c.top_k}, 0, static_cast<int32_t>(E));
+  else L.score_bias = ld.floats(m + "gate.e_score_correction_bias", {E});
+  L.experts.resize(E);
+  uint64_t before = bytes;
+  if (ix.find(m + "experts.gate_up_proj")) {
+    // Stacked transformers layout: expert e's gate/up/down are row blocks of one tensor.
+    const TensorLocation& gu = ld.need(m + "experts.gate_up_proj");
+    const TensorLocation& dn = ld.need(m + "experts.down_proj");
+    if (gu.tensor->shape != std::vector<int64_t>{E, 2 * I, D}) ld.bad_shape(gu, {E, 2 * I, D});
+    if (dn.tensor->shape != std::vector<int64_t>{E, D, I}) ld.bad_shape(dn, {E, D, I});
+    for (const TensorLocation* t : {&gu, &dn})
+      if (t->tensor->dtype != DType::F32 && t->tensor->dtype != DType::BF16 && t->tensor->dtype != DType::F16)
+        ld.bad_dtype(*t, "F32, BF16, F16");
+    const WeightView gu_all = ld.view(gu.file->tensor_data(*gu.tensor), gu.tensor->dtype, E * 2 * I, D);
+    const WeightView dn_all = ld.view(dn.file->tensor_data(*dn.tensor), dn.tensor->dtype, E * D, I);
+    const size_t es_gu = dtype_size(gu_all.dtype), es_dn = dtype_size(dn_all.dtype);
+    for (int64_t e = 0; e < E; ++e) {
+      const auto* g0 = static_cast<const uint8_t*>(gu_all.data) + (e * 2 * I) * D * es_gu;
+      L.experts[e].gate.plain = {g0, gu_all.dtype, I, D};
+      L.experts[e].up.plain = {g0 + I * D * es_gu, gu_all.dtype, I, D};
+      L.experts[e].down.plain = {static_cast<const uint8_t*>(dn_all.data) + e * D * I * es_dn, dn_all.dtype, D, I};
+    }
+    bytes += static_cast<uint64_t>(E * 3 * I * D) * es_gu;
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = m + "experts." + std::to_string(e) + ".";
+      L.experts[e].gate = ld.linear(ep + "w1.weight", I, D);
+      L.experts[e].up = ld.linear(ep + "w3.weight", I, D);
+      L.experts[e].down = ld.linear(ep + "w2.weight", D, I);
+      add(L.experts[e].gate);
+      add(L.experts[e].up);
+      add(L.experts[e].down);
+    }
+  }
+  expert_bytes += bytes - before;
+  L.shared.gate = ld.linear(m + "shared_experts.gate_proj.weight", I, D);
+  L.shared.up = ld.linear(m + "shared_experts.up_proj.weight", I, D);
+  L.shared.down = ld.linear(m + "shared_experts.down_proj.weight", D, I);
+  add(L.shared.gate);
+  add(L.shared.up);
+  add(L.shared.down);
+  return L;
+}
+
+V4Linear load_v4_linear(const V4TensorIndex& ix, const std::string& name, int64_t rows, int64_t cols,
+                        std::deque<std::vector<uint8_t>>& owned) {
+  return V4WeightLoader(ix, owned).linear(name, rows, cols);
+}
+
+std::vector<float> load_v4_floats(const V4TensorIndex& ix, const std::string& name, const std::vector<int64_t>& shape) {
+  std::deque<std::vector<uint8_t>> none;
+  return V4WeightLoader(ix, none).floats(name, shape);
+}
+
 V4Weights load_deepseek_v4_weights(const V4TensorIndex& ix, const DeepseekV4Config& c,
                                    std::deque<std::vector<uint8_t>>& owned) {
   V4WeightLoader ld(ix, owned);
   V4Weights W;
-  const int64_t D = c.hidden, V = c.vocab, d = c.head_dim, H = c.heads, nhc = c.hc_mult, M = c.hc_mix();
-  const int64_t I = c.moe_inter, E = c.experts, G = c.o_groups;
+  const int64_t D = c.hidden, V = c.vocab, nhc = c.hc_mult;
   uint64_t bytes = 0;
   auto add = [&](const V4Linear& w) { bytes += w.bytes(); };
 
@@ -258,107 +394,11 @@ V4Weights load_deepseek_v4_weights(const V4TensorIndex& ix, const DeepseekV4Conf
   add(W.hc_head_fn);
 
   W.layers.resize(c.layers);
-  for (int li = 0; li < c.layers; ++li) {
-    V4LayerWeights& L = W.layers[li];
-    const std::string p = "layers." + std::to_string(li) + ".";
-    L.attn = c.attn[li];
-    L.hash = c.hash_moe[li];
-    L.attn_hc_fn = ld.linear(p + "attn_hc.fn", M, nhc * D);
-    L.ffn_hc_fn = ld.linear(p + "ffn_hc.fn", M, nhc * D);
-    L.attn_hc_base = ld.floats(p + "attn_hc.base", {M});
-    L.ffn_hc_base = ld.floats(p + "ffn_hc.base", {M});
-    L.attn_hc_scale = ld.floats(p + "attn_hc.scale", {3});
-    L.ffn_hc_scale = ld.floats(p + "ffn_hc.scale", {3});
-    L.in_norm = ld.floats(p + "input_layernorm.weight", {D});
-    L.post_norm = ld.floats(p + "post_attention_layernorm.weight", {D});
-    const std::string a = p + "self_attn.";
-    L.q_a = ld.linear(a + "q_a_proj.weight", c.q_lora, D);
-    L.q_a_norm = ld.floats(a + "q_a_norm.weight", {c.q_lora});
-    L.q_b = ld.linear(a + "q_b_proj.weight", H * d, c.q_lora);
-    L.kv = ld.linear(a + "kv_proj.weight", d, D);
-    L.kv_norm = ld.floats(a + "kv_norm.weight", {d});
-    L.o_a = ld.linear(a + "o_a_proj.weight", G * c.o_lora, H * d / G);
-    L.o_b = ld.linear(a + "o_b_proj.weight", D, G * c.o_lora);
-    if (L.o_a.quantized && L.o_a.quant.format == QuantFormat::Fp8Block128 && G > 1 && c.o_lora % 128 != 0)
-      throw Error(ix.where() + ": tensor '" + a + "o_a_proj.weight': FP8 with o_lora_rank " + std::to_string(c.o_lora) +
-                  " (the per-group row blocks must align with the 128-row scale blocks)");
-    L.sinks = ld.floats(a + "sinks", {H});
-    for (const V4Linear* w : {&L.attn_hc_fn, &L.ffn_hc_fn, &L.q_a, &L.q_b, &L.kv, &L.o_a, &L.o_b}) add(*w);
-    if (L.attn != V4Attn::Sliding) {
-      const bool csa = L.attn == V4Attn::CSA;
-      const int64_t width = csa ? 2 * d : d;
-      const std::string cp = a + "compressor.";
-      V4Compressor& C = L.comp;
-      C.rate = c.compress_rate(li);
-      C.dim = static_cast<int>(d);
-      C.overlap = csa;
-      C.kv = ld.linear(cp + "kv_proj.weight", width, D);
-      C.gate = ld.linear(cp + "gate_proj.weight", width, D);
-      C.pos_bias = ld.floats(cp + "position_bias", {C.rate, width});
-      C.norm = ld.floats(cp + "kv_norm.weight", {d});
-      add(C.kv);
-      add(C.gate);
-      if (csa) {
-        const int64_t dI = c.idx_head_dim, HI = c.idx_heads;
-        const std::string ip = cp + "indexer.";
-        V4Compressor& X = L.idx;
-        X.rate = C.rate;
-        X.dim = static_cast<int>(dI);
-        X.overlap = true;
-        X.kv = ld.linear(ip + "kv_proj.weight", 2 * dI, D);
-        X.gate = ld.linear(ip + "gate_proj.weight", 2 * dI, D);
-        X.pos_bias = ld.floats(ip + "position_bias", {X.rate, 2 * dI});
-        X.norm = ld.floats(ip + "kv_norm.weight", {dI});
-        L.idx_q_b = ld.linear(ip + "q_b_proj.weight", HI * dI, c.q_lora);
-        L.idx_weights = ld.linear(ip + "scorer.weights_proj.weight", HI, D);
-        for (const V4Linear* w : {&X.kv, &X.gate, &L.idx_q_b, &L.idx_weights}) add(*w);
-      }
-    }
-    const std::string m = p + "mlp.";
-    L.router = ld.linear(m + "gate.weight", E, D);
-    add(L.router);
-    if (L.hash) L.tid2eid = ld.ints(m + "gate.tid2eid", {V, c.top_k}, 0, static_cast<int32_t>(E));
-    else L.score_bias = ld.floats(m + "gate.e_score_correction_bias", {E});
-    L.experts.resize(E);
-    uint64_t before = bytes;
-    if (ix.find(m + "experts.gate_up_proj")) {
-      // Stacked transformers layout: expert e's gate/up/down are row blocks of one tensor.
-      const TensorLocation& gu = ld.need(m + "experts.gate_up_proj");
-      const TensorLocation& dn = ld.need(m + "experts.down_proj");
-      if (gu.tensor->shape != std::vector<int64_t>{E, 2 * I, D}) ld.bad_shape(gu, {E, 2 * I, D});
-      if (dn.tensor->shape != std::vector<int64_t>{E, D, I}) ld.bad_shape(dn, {E, D, I});
-      for (const TensorLocation* t : {&gu, &dn})
-        if (t->tensor->dtype != DType::F32 && t->tensor->dtype != DType::BF16 && t->tensor->dtype != DType::F16)
-          ld.bad_dtype(*t, "F32, BF16, F16");
-      const WeightView gu_all = ld.view(gu.file->tensor_data(*gu.tensor), gu.tensor->dtype, E * 2 * I, D);
-      const WeightView dn_all = ld.view(dn.file->tensor_data(*dn.tensor), dn.tensor->dtype, E * D, I);
-      const size_t es_gu = dtype_size(gu_all.dtype), es_dn = dtype_size(dn_all.dtype);
-      for (int64_t e = 0; e < E; ++e) {
-        const auto* g0 = static_cast<const uint8_t*>(gu_all.data) + (e * 2 * I) * D * es_gu;
-        L.experts[e].gate.plain = {g0, gu_all.dtype, I, D};
-        L.experts[e].up.plain = {g0 + I * D * es_gu, gu_all.dtype, I, D};
-        L.experts[e].down.plain = {static_cast<const uint8_t*>(dn_all.data) + e * D * I * es_dn, dn_all.dtype, D, I};
-      }
-      bytes += static_cast<uint64_t>(E * 3 * I * D) * es_gu;
-    } else {
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string ep = m + "experts." + std::to_string(e) + ".";
-        L.experts[e].gate = ld.linear(ep + "w1.weight", I, D);
-        L.experts[e].up = ld.linear(ep + "w3.weight", I, D);
-        L.experts[e].down = ld.linear(ep + "w2.weight", D, I);
-        add(L.experts[e].gate);
-        add(L.experts[e].up);
-        add(L.experts[e].down);
-      }
-    }
-    W.expert_bytes += bytes - before;
-    L.shared.gate = ld.linear(m + "shared_experts.gate_proj.weight", I, D);
-    L.shared.up = ld.linear(m + "shared_experts.up_proj.weight", I, D);
-    L.shared.down = ld.linear(m + "shared_experts.down_proj.weight", D, I);
-    add(L.shared.gate);
-    add(L.shared.up);
-    add(L.shared.down);
-  }
+  uint64_t expert_bytes = 0;
+  for (int li = 0; li < c.layers; ++li)
+    W.layers[li] = load_v4_block(ix, c, "layers." + std::to_string(li) + ".", c.attn[li], c.compress_rate(li),
+                                 c.hash_moe[li], owned, bytes, expert_bytes);
+  W.expert_bytes = expert_bytes;
   W.matrix_bytes = bytes;
   return W;
 }

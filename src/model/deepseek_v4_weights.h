@@ -8,7 +8,11 @@
 //    "ffn.experts.7.w1.weight"), renamed by the table of spec §2.1; a ".scale" sibling
 //    becomes ".weight_scale_inv" as in transformers;
 //  - the mixed output of transformers' save_pretrained (an optional "model." prefix on
-//    either scheme). "mtp.*" tensors (the DSpark drafter) are not part of the target.
+//    either scheme);
+//  - "mtp.{s}.*" (the DSpark drafter's stages, spec/v4_dspark_drafter): "mtp.{s}." followed by
+//    the same layer renames ("mtp.0.attn.wq_a.weight" → "mtp.0.self_attn.q_a_proj.weight"),
+//    hc_head_* → hc_head.hc_*, and a ".scale" sibling → ".weight_scale_inv". The target
+//    loader never asks for them.
 // load_deepseek_v4_weights() then checks every tensor's shape against the config and
 // builds per-layer structs of matrix views (in place for F32/BF16; F16 converted once to
 // F32) and F32 vectors. A matrix with a scale sibling is block-quantized (FP8 E4M3 with
@@ -93,7 +97,7 @@ class V4TensorIndex {
   // Where to point a "not found" error.
   std::string where() const;
   const std::string& dir() const { return dir_; }
-  // Canonical name of a stored key ("" for mtp.* keys). Exposed for the tests.
+  // Canonical name of a stored key. Exposed for the tests.
   static std::string canonical_name(const std::string& stored);
 
  private:
@@ -102,6 +106,17 @@ class V4TensorIndex {
   std::map<std::string, const TensorLocation*> by_canonical_;
 };
 
+
+// One V4 block (mHC sites, norms, attention of kind `attn`, MoE) whose canonical names start
+// with `prefix` ("layers.3." for a target layer, "mtp.0." for a DSpark stage). Adds its matrix
+// bytes to `bytes` and, of those, the routed experts' to `expert_bytes`.
+V4LayerWeights load_v4_block(const V4TensorIndex& ix, const DeepseekV4Config& c, const std::string& prefix, V4Attn attn,
+                             int compress_rate, bool hash, std::deque<std::vector<uint8_t>>& owned, uint64_t& bytes,
+                             uint64_t& expert_bytes);
+// Single tensors by canonical name, shape-checked; errors name the file and the tensor.
+V4Linear load_v4_linear(const V4TensorIndex& ix, const std::string& name, int64_t rows, int64_t cols,
+                        std::deque<std::vector<uint8_t>>& owned);
+std::vector<float> load_v4_floats(const V4TensorIndex& ix, const std::string& name, const std::vector<int64_t>& shape);
 
 // Loads and checks every target tensor. `owned` keeps converted copies alive.
 V4Weights load_deepseek_v4_weights(const V4TensorIndex& index, const DeepseekV4Config& cfg,

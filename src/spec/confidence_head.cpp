@@ -9,9 +9,12 @@
 
 namespace dsinfer {
 
-ConfidenceHead::ConfidenceHead(WeightStore& store, int hidden, int markov_rank) : H_(hidden), r_(markov_rank) {
-  w_ = store.matrix("confidence_head.proj.weight", 1, int64_t{H_} + r_);
-  b_ = store.vector_f32("confidence_head.proj.bias", 1)[0];
+ConfidenceHead::ConfidenceHead(WeightStore& store, int hidden, int markov_rank, const std::string& prefix,
+                               bool optional_bias)
+    : H_(hidden), r_(markov_rank) {
+  w_ = store.matrix(prefix + "confidence_head.proj.weight", 1, int64_t{H_} + r_);
+  const std::string b = prefix + "confidence_head.proj.bias";
+  if (!optional_bias || store.has(b)) b_ = store.vector_f32(b, 1)[0];
 }
 
 float ConfidenceHead::logit(const float* h, const float* e) const {

@@ -7,6 +7,7 @@
 // c_k = sigmoid(z_k) is the probability that draft k survives verification given that
 // drafts 0..k−1 did.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
@@ -18,7 +19,10 @@ class WeightStore;
 class ConfidenceHead {
  public:
   // markov_rank > 0: the head takes [h ; e] (proj [1, H + r]); 0: h only (proj [1, H]).
-  ConfidenceHead(WeightStore& store, int hidden, int markov_rank);
+  // prefix: "" (DeepSpec) or "mtp.2." (DeepSeek-V4 DSpark, whose proj has no bias: b = 0
+  // when optional_bias and the checkpoint has none).
+  ConfidenceHead(WeightStore& store, int hidden, int markov_rank, const std::string& prefix = "",
+                 bool optional_bias = false);
   bool with_markov() const { return r_ > 0; }
   // z = w·[h ; e] + b. e is ignored (may be null) without the Markov feature.
   float logit(const float* h, const float* e) const;

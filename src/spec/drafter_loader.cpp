@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "spec/deepspec_drafter.h"
 #include "spec/dflash_zlab.h"
+#include "spec/v4_dspark_drafter.h"
 
 namespace dsinfer {
 
@@ -170,6 +171,8 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
 std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target, const DrafterOptions& opts) {
   if (opts.window_size < -1)
     throw Error("--dflash-window-size: must be >= 0 (0 = unlimited), got " + std::to_string(opts.window_size));
+  // A DeepSeek-V4 checkpoint carries its DSpark drafter as mtp.* stages (config: dspark_*).
+  if (is_deepseek_v4_dir(draft_dir)) return load_v4_dspark_drafter(draft_dir, target, opts);
   DraftConfig cfg = parse_draft_config(draft_dir, target.config());
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;

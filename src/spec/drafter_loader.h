@@ -1,7 +1,9 @@
 // dsinfer speculation floor: the one entry point from a draft checkpoint directory to a
 // Drafter bound to its target model.
 //
-// Data flow: DIR/config.json → dialect detection (`architectures`: DFlashDraftModel →
+// Data flow: DIR/config.json → a DeepSeek-V4 checkpoint (model_type deepseek_v4) is the
+// target's own directory with its DSpark stages under mtp.* (spec/v4_dspark_drafter.h);
+// otherwise dialect detection (`architectures`: DFlashDraftModel →
 // z-lab DFlash; Qwen3DSparkModel → DeepSpec DFlash when markov_rank == 0 and no confidence
 // head, else DSpark) → DraftConfig (backbone dimensions from the Qwen3-style fields, draft
 // fields from `dflash_config` / top level) → validation against the target (hidden size,

@@ -24,16 +24,17 @@ const char* MarkovHead::type_name(Type t) {
   return "?";
 }
 
-MarkovHead::MarkovHead(WeightStore& store, Type type, int vocab, int rank, int hidden)
+MarkovHead::MarkovHead(WeightStore& store, Type type, int vocab, int rank, int hidden, const std::string& prefix)
     : type_(type), V_(vocab), r_(rank), H_(hidden) {
-  w1_ = store.matrix("markov_head.markov_w1.weight", V_, r_);
-  w2_ = store.matrix("markov_head.markov_w2.weight", V_, r_);
+  const std::string p = prefix + "markov_head.";
+  w1_ = store.matrix(p + "markov_w1.weight", V_, r_);
+  w2_ = store.matrix(p + "markov_w2.weight", V_, r_);
   if (type_ == Type::Gated) {
-    gate_ = store.matrix("markov_head.gate_proj.weight", r_, int64_t{H_} + r_);
-    gate_bias_ = store.vector_f32("markov_head.gate_proj.bias", r_);
+    gate_ = store.matrix(p + "gate_proj.weight", r_, int64_t{H_} + r_);
+    gate_bias_ = store.vector_f32(p + "gate_proj.bias", r_);
   } else if (type_ == Type::Rnn) {
-    joint_ = store.matrix("markov_head.joint_proj.weight", int64_t{3} * r_, int64_t{2} * r_ + H_);
-    joint_bias_ = store.vector_f32("markov_head.joint_proj.bias", int64_t{3} * r_);
+    joint_ = store.matrix(p + "joint_proj.weight", int64_t{3} * r_, int64_t{2} * r_ + H_);
+    joint_bias_ = store.vector_f32(p + "joint_proj.bias", int64_t{3} * r_);
   }
 }
 

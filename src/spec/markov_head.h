@@ -24,8 +24,9 @@ class WeightStore;
 class MarkovHead {
  public:
   enum class Type { Vanilla, Gated, Rnn };
-  // Reads markov_head.* from the store and checks shapes against (vocab, rank, hidden).
-  MarkovHead(WeightStore& store, Type type, int vocab, int rank, int hidden);
+  // Reads <prefix>markov_head.* from the store and checks shapes against (vocab, rank,
+  // hidden). prefix: "" (DeepSpec checkpoints) or "mtp.2." (DeepSeek-V4 DSpark).
+  MarkovHead(WeightStore& store, Type type, int vocab, int rank, int hidden, const std::string& prefix = "");
 
   Type type() const { return type_; }
   int rank() const { return r_; }

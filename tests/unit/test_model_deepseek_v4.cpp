@@ -246,7 +246,14 @@ TEST(ModelDeepseekV4, CanonicalNamesOfBothSchemes) {
   EXPECT_EQ(V4TensorIndex::canonical_name("layers.0.ffn.experts.7.w2.scale"), "layers.0.mlp.experts.7.w2.weight_scale_inv");
   EXPECT_EQ(V4TensorIndex::canonical_name("layers.1.hc_ffn_scale"), "layers.1.ffn_hc.scale");
   EXPECT_EQ(V4TensorIndex::canonical_name("layers.1.ffn.gate.bias"), "layers.1.mlp.gate.e_score_correction_bias");
-  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.0.attn.wq_a.weight"), "");
+  // DSpark drafter stages: the layer renames under "mtp.{s}.", stage extras canonicalised.
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.0.attn.wq_a.weight"), "mtp.0.self_attn.q_a_proj.weight");
+  EXPECT_EQ(V4TensorIndex::canonical_name("model.mtp.1.ffn.experts.3.w1.scale"), "mtp.1.mlp.experts.3.w1.weight_scale_inv");
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.0.main_proj.scale"), "mtp.0.main_proj.weight_scale_inv");
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.0.main_norm.weight"), "mtp.0.main_norm.weight");
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.2.hc_head_fn"), "mtp.2.hc_head.hc_fn");
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.2.markov_head.markov_w1.weight"), "mtp.2.markov_head.markov_w1.weight");
+  EXPECT_EQ(V4TensorIndex::canonical_name("mtp.2.hc_attn_fn"), "mtp.2.attn_hc.fn");
 }
 
 namespace {

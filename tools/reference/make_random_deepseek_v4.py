@@ -8,8 +8,14 @@ Flash's layer schedule (2 sliding layers, then CSA/HCA alternating, rates 4/128,
 BF16 matrices. Values are a tiled pool of N(0, 1/fan_in) BF16 numbers (random-looking, finite,
 cheap to produce); they are NOT meaningful weights, only the byte traffic and the arithmetic are.
 
+With --dspark-stages S (Flash: 3) it also writes a DSpark drafter in the checkpoint's own
+layout (mtp.{s}.* under the original DeepSeek names: full V4 blocks with sliding attention and
+learned-routing MoE, mtp.0.main_proj/main_norm, the last stage's norm, hc_head, Markov and
+confidence heads) and the dspark_* config fields (block 5, the last three layers as targets).
+
 Usage: python3 tools/reference/make_random_deepseek_v4.py OUT_DIR [--layers 8] [--hidden 1024] ...
 Then: dsinfer generate --model-path OUT_DIR --prompt-ids 1,2,3 --max-tokens 64 --json
+      (with --dspark-stages: ... --spec dspark --spec-schedule fixed)
 """
 import argparse
 import json
@@ -45,6 +51,9 @@ def main():
     ap.add_argument("--index-head-dim", type=int, default=64)
     ap.add_argument("--index-topk", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dspark-stages", type=int, default=0)
+    ap.add_argument("--dspark-block", type=int, default=5)
+    ap.add_argument("--markov-rank", type=int, default=64)
     a = ap.parse_args()
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
@@ -61,6 +70,9 @@ def main():
                max_position_embeddings=1048576, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
                rope_scaling=dict(type="yarn", factor=16.0, original_max_position_embeddings=65536,
                                  beta_fast=32, beta_slow=1), torch_dtype="bfloat16")
+    if a.dspark_stages > 0:
+        cfg.update(dspark_block_size=a.dspark_block, dspark_noise_token_id=2,
+                   dspark_target_layer_ids=list(range(max(0, L - 3), L)), dspark_markov_rank=a.markov_rank)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
 
@@ -143,6 +155,44 @@ def main():
         mat(m + "shared_experts.gate_proj.weight", I, D)
         mat(m + "shared_experts.up_proj.weight", I, D)
         mat(m + "shared_experts.down_proj.weight", D, I)
+
+    R = a.markov_rank
+    for st in range(a.dspark_stages):
+        p = f"mtp.{st}."
+        for site in ("hc_attn_", "hc_ffn_"):
+            mat(p + site + "fn", M, nhc * D)
+            vec(p + site + "base", [M], [0.5 * rng.gauss(0, 1) for _ in range(M)])
+            vec(p + site + "scale", [3], [0.5 + rng.random() for _ in range(3)])
+        vec(p + "attn_norm.weight", [D], ones(D))
+        vec(p + "ffn_norm.weight", [D], ones(D))
+        mat(p + "attn.wq_a.weight", a.q_lora, D)
+        vec(p + "attn.q_norm.weight", [a.q_lora], ones(a.q_lora))
+        mat(p + "attn.wq_b.weight", H * d, a.q_lora)
+        mat(p + "attn.wkv.weight", d, D)
+        vec(p + "attn.kv_norm.weight", [d], ones(d))
+        mat(p + "attn.wo_a.weight", a.o_groups * a.o_lora, H * d // a.o_groups)
+        mat(p + "attn.wo_b.weight", D, a.o_groups * a.o_lora)
+        vec(p + "attn.attn_sink", [H], [rng.gauss(0, 1) for _ in range(H)])
+        mat(p + "ffn.gate.weight", E, D)
+        vec(p + "ffn.gate.bias", [E], [0.1 * rng.gauss(0, 1) for _ in range(E)])
+        for e in range(E):
+            mat(p + f"ffn.experts.{e}.w1.weight", I, D)
+            mat(p + f"ffn.experts.{e}.w3.weight", I, D)
+            mat(p + f"ffn.experts.{e}.w2.weight", D, I)
+        mat(p + "ffn.shared_experts.w1.weight", I, D)
+        mat(p + "ffn.shared_experts.w3.weight", I, D)
+        mat(p + "ffn.shared_experts.w2.weight", D, I)
+        if st == 0:
+            mat(p + "main_proj.weight", D, min(3, L) * D)
+            vec(p + "main_norm.weight", [D], ones(D))
+        if st == a.dspark_stages - 1:
+            vec(p + "norm.weight", [D], ones(D))
+            mat(p + "hc_head_fn", nhc, nhc * D)
+            vec(p + "hc_head_base", [nhc], [0.5 * rng.gauss(0, 1) for _ in range(nhc)])
+            vec(p + "hc_head_scale", [1], [1.0])
+            mat(p + "markov_head.markov_w1.weight", V, R, fan_in=1)
+            mat(p + "markov_head.markov_w2.weight", V, R)
+            mat(p + "confidence_head.proj.weight", 1, D + R)
 
     size = {"BF16": 2, "F32": 4, "I64": 8}
     header, off = {}, 0

@@ -1,0 +1,315 @@
+// dsinfer speculation floor: the DeepSeek-V4 DSpark drafter (see v4_dspark_drafter.h for the
+// data flow). Weights come from the target's own checkpoint directory through V4TensorIndex
+// (both naming schemes, FP8/FP4 kept quantized as in the target); the Markov and
+// confidence heads are the DeepSpec ones read under the "mtp.{S−1}." prefix.
+#include "spec/v4_dspark_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/json_util.h"
+#include "core/mapped_file.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "model/deepseek_v4.h"
+#include "model/deepseek_v4_attention.h"
+#include "model/deepseek_v4_mhc.h"
+#include "model/deepseek_v4_moe.h"
+#include "model/deepseek_v4_weights.h"
+#include "model/model.h"
+#include "model/rope_params.h"
+#include "model/weights.h"
+#include "spec/confidence_head.h"
+#include "spec/dflash_backbone.h"
+#include "spec/drafter_loader.h"
+#include "spec/markov_head.h"
+
+namespace dsinfer {
+
+namespace {
+
+std::string ids_str(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Per-sequence state: for every stage the K=V rows of the committed positions still inside
+// the window, rows [first, len) of width d.
+class V4DraftSeq final : public DraftSequence {
+ public:
+  int context_length() const override { return len; }
+  int len = 0;
+  int first = 0;
+  std::vector<std::vector<float>> kv;  // per stage
+};
+
+class V4DSparkDrafter final : public Drafter {
+ public:
+  V4DSparkDrafter(const std::string& dir, const Model& target, const V4DSparkConfig& dc);
+  const DrafterInfo& info() const override { return info_; }
+  std::unique_ptr<DraftSequence> start() const override {
+    auto s = std::make_unique<V4DraftSeq>();
+    s->kv.resize(stages_.size());
+    return s;
+  }
+  void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const override;
+  DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
+                        Rng& rng) const override;
+
+ private:
+  static V4DraftSeq& as_seq(DraftSequence& s) {
+    auto* p = dynamic_cast<V4DraftSeq*>(&s);
+    if (!p) throw Error("dspark (DeepSeek-V4): draft sequence was not created by this drafter");
+    return *p;
+  }
+  const Model& target_;
+  DeepseekV4Config c_;
+  DrafterInfo info_;
+  std::unique_ptr<V4TensorIndex> index_;
+  std::deque<std::vector<uint8_t>> owned_;
+  std::vector<V4LayerWeights> stages_;
+  V4Linear main_proj_, hc_head_fn_;
+  std::vector<float> main_norm_, norm_, hc_head_base_, hc_head_scale_, rope_inv_;
+  std::unique_ptr<WeightStore> store_;  // the heads' tensors
+  std::unique_ptr<MarkovHead> markov_;
+  std::unique_ptr<ConfidenceHead> conf_;
+};
+
+V4DSparkDrafter::V4DSparkDrafter(const std::string& dir, const Model& target, const V4DSparkConfig& dc)
+    : target_(target), c_(*deepseek_v4_config(target)) {
+  index_ = std::make_unique<V4TensorIndex>(dir);
+  int S = 0;
+  while (index_->find("mtp." + std::to_string(S) + ".input_layernorm.weight")) ++S;
+  if (S == 0)
+    throw Error(index_->where() + ": no DSpark drafter tensors (tensor 'mtp.0.attn_norm.weight' not found; this "
+                "DeepSeek-V4 checkpoint has no mtp.* stages)");
+  const int64_t D = c_.hidden, nhc = c_.hc_mult, m = static_cast<int64_t>(dc.target_layer_ids.size());
+  uint64_t bytes = 0, expert_bytes = 0;
+  main_proj_ = load_v4_linear(*index_, "mtp.0.main_proj.weight", D, m * D, owned_);
+  bytes += main_proj_.bytes();
+  main_norm_ = load_v4_floats(*index_, "mtp.0.main_norm.weight", {D});
+  for (int s = 0; s < S; ++s)
+    stages_.push_back(load_v4_block(*index_, c_, "mtp." + std::to_string(s) + ".", V4Attn::Sliding, 0, false, owned_,
+                                    bytes, expert_bytes));
+  const std::string last = "mtp." + std::to_string(S - 1) + ".";
+  norm_ = load_v4_floats(*index_, last + "norm.weight", {D});
+  hc_head_fn_ = load_v4_linear(*index_, last + "hc_head.hc_fn", nhc, nhc * D, owned_);
+  bytes += hc_head_fn_.bytes();
+  hc_head_base_ = load_v4_floats(*index_, last + "hc_head.hc_base", {nhc});
+  hc_head_scale_ = load_v4_floats(*index_, last + "hc_head.hc_scale", {1});
+  rope_inv_ = compute_rope_params(c_.rope_main, c_.rope_dim, c_.max_pos).inv_freq;
+
+  // Heads: stored under their DeepSpec names after the last stage's prefix.
+  store_ = std::make_unique<WeightStore>(dir, "auto");
+  if (dc.markov_rank > 0)
+    markov_ = std::make_unique<MarkovHead>(*store_, MarkovHead::Type::Vanilla, c_.vocab, dc.markov_rank,
+                                           static_cast<int>(D), last);
+  if (const TensorLocation* cl = index_->find(last + "confidence_head.proj.weight")) {
+    // [1, D + r] when trained with the Markov feature, [1, D] without: read off the shape.
+    const auto& shp = cl->tensor->shape;
+    const bool with_markov = dc.markov_rank > 0 && shp.size() == 2 && shp[1] == D + dc.markov_rank;
+    conf_ = std::make_unique<ConfidenceHead>(*store_, static_cast<int>(D), with_markov ? dc.markov_rank : 0, last, true);
+  }
+  bytes += store_->matrix_bytes();
+
+  info_.kind = "dspark";
+  info_.block_size = dc.block_size;
+  info_.max_draft_tokens = dc.block_size;
+  info_.target_layer_ids = dc.target_layer_ids;
+  info_.mask_token_id = dc.noise_token_id;
+  info_.markov_head = markov_ ? "vanilla" : "";
+  info_.confidence_head = conf_ != nullptr;
+
+  deepseek_v4_plan_drafter(target, "DSpark drafter (" + std::to_string(S) + " mtp stages, block " +
+                                       std::to_string(dc.block_size) + ", window " + std::to_string(c_.window) +
+                                       ", target layers " + ids_str(dc.target_layer_ids) + ")",
+                           bytes, expert_bytes);
+}
+
+void V4DSparkDrafter::commit_context(DraftSequence& seq_base, const int32_t* tokens, const float* hidden,
+                                     int c) const {
+  V4DraftSeq& seq = as_seq(seq_base);
+  if (c <= 0) return;
+  if (!hidden) throw Error("dspark (DeepSeek-V4) commit_context: the target layer outputs are missing");
+  const int64_t D = c_.hidden, d = c_.head_dim;
+  std::vector<float> x(static_cast<size_t>(c * D));
+  v4_matmul(hidden, c, main_proj_, x.data());
+  rmsnorm(x.data(), D, c, D, main_norm_.data(), static_cast<float>(c_.eps), x.data(), D);
+  const int half = static_cast<int>(rope_inv_.size());
+  std::vector<int32_t> pos(static_cast<size_t>(c));
+  for (int i = 0; i < c; ++i) pos[i] = seq.len + i;
+  std::vector<float> cs(static_cast<size_t>(c) * half), sn(static_cast<size_t>(c) * half), kv(static_cast<size_t>(c * d));
+  v4_rope_rows(rope_inv_, pos.data(), c, cs.data(), sn.data());
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    v4_attn_kv(stages_[s], c_, half, cs.data(), sn.data(), x.data(), c, kv.data());
+    seq.kv[s].insert(seq.kv[s].end(), kv.begin(), kv.end());
+  }
+  seq.len += c;
+  // Keep the window (amortised: drop only when that frees at least as much as is kept).
+  const int keep_from = std::max(0, seq.len - c_.window);
+  if (keep_from - seq.first >= c_.window) {
+    const size_t drop = static_cast<size_t>(keep_from - seq.first) * d;
+    for (auto& rows : seq.kv) rows.erase(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(drop));
+    seq.first = keep_from;
+  }
+}
+
+DraftProposal V4DSparkDrafter::propose(DraftSequence& seq_base, int32_t anchor, int max_tokens,
+                                       const SamplingParams& params, Rng& rng) const {
+  V4DraftSeq& seq = as_seq(seq_base);
+  DraftProposal p;
+  const int bs = info_.block_size;
+  const int n = std::min(max_tokens, bs);
+  if (n <= 0) return p;
+  const int V = c_.vocab, nhc = c_.hc_mult;
+  const int64_t D = c_.hidden, d = c_.head_dim, Hd = static_cast<int64_t>(c_.heads) * d;
+  if (anchor < 0 || anchor >= V)
+    throw Error("dspark propose: anchor token " + std::to_string(anchor) + " outside the vocabulary [0, " +
+                std::to_string(V) + ")");
+  const float eps = static_cast<float>(c_.eps);
+
+  // Block tokens, positions, RoPE tables.
+  std::vector<int32_t> blk(static_cast<size_t>(bs), info_.mask_token_id), pos(static_cast<size_t>(bs));
+  blk[0] = anchor;
+  for (int i = 0; i < bs; ++i) pos[i] = seq.len + i;
+  const int half = static_cast<int>(rope_inv_.size());
+  std::vector<float> cs(static_cast<size_t>(bs) * half), sn(static_cast<size_t>(bs) * half);
+  v4_rope_rows(rope_inv_, pos.data(), bs, cs.data(), sn.data());
+
+  // Residual streams: n_hc copies of each embedding (the target's embedding table).
+  std::vector<float> X(static_cast<size_t>(bs * nhc * D)), u(static_cast<size_t>(bs * D)), y(static_cast<size_t>(bs * D));
+  target_.embed(blk.data(), bs, u.data());
+  for (int r = 0; r < bs; ++r)
+    for (int j = 0; j < nhc; ++j) std::memcpy(X.data() + (r * nhc + j) * D, u.data() + r * D, sizeof(float) * D);
+  std::vector<float> post(static_cast<size_t>(bs * nhc)), comb(static_cast<size_t>(bs * nhc * nhc)), scratch;
+  std::vector<float> qres(static_cast<size_t>(bs) * c_.q_lora), q(static_cast<size_t>(bs * Hd)),
+      kv(static_cast<size_t>(bs * d)), att(static_cast<size_t>(bs * Hd)), logit;
+  const V4HcParams hp{nhc, D, c_.hc_iters, static_cast<float>(c_.hc_eps), eps};
+  const int ctx_from = std::max(seq.first, seq.len - c_.window);
+  std::vector<const float*> keys;
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const V4LayerWeights& L = stages_[s];
+    v4_hc_pre({&L.attn_hc_fn, L.attn_hc_base.data(), L.attn_hc_scale.data()}, hp, X.data(), bs, post.data(),
+              comb.data(), u.data(), scratch);
+    rmsnorm(u.data(), D, bs, D, L.in_norm.data(), eps, u.data(), D);
+    v4_attn_project(L, c_, half, cs.data(), sn.data(), u.data(), bs, qres.data(), q.data(), kv.data());
+    // Keys: the window's committed context rows, then every block row (non-causal block).
+    keys.clear();
+    for (int t = ctx_from; t < seq.len; ++t) keys.push_back(seq.kv[s].data() + static_cast<int64_t>(t - seq.first) * d);
+    for (int r = 0; r < bs; ++r) keys.push_back(kv.data() + static_cast<int64_t>(r) * d);
+    for (int r = 0; r < bs; ++r)
+      v4_attn_row(L, c_, q.data() + r * Hd, keys.data(), keys.size(), cs.data() + static_cast<int64_t>(r) * half,
+                  sn.data() + static_cast<int64_t>(r) * half, half, logit, att.data() + r * Hd);
+    v4_attn_output(L, c_, att.data(), bs, y.data());
+    v4_hc_post(hp, post.data(), comb.data(), y.data(), bs, X.data());
+    v4_hc_pre({&L.ffn_hc_fn, L.ffn_hc_base.data(), L.ffn_hc_scale.data()}, hp, X.data(), bs, post.data(), comb.data(),
+              u.data(), scratch);
+    rmsnorm(u.data(), D, bs, D, L.post_norm.data(), eps, u.data(), D);
+    v4_moe(L, c_, u.data(), blk.data(), bs, y.data());
+    v4_hc_post(hp, post.data(), comb.data(), y.data(), bs, X.data());
+  }
+  // Head: collapse, the last stage's norm, the target's LM head for the drafted rows.
+  std::vector<float> h(static_cast<size_t>(bs * D)), base(static_cast<size_t>(n) * V);
+  v4_hc_head(hc_head_fn_, hc_head_base_.data(), hc_head_scale_.data(), hp, X.data(), bs, h.data(), scratch);
+  rmsnorm(h.data(), D, bs, D, norm_.data(), eps, h.data(), D);
+  target_.lm_head(h.data(), n, base.data(), false);
+
+  // Sequential drafting (DeepSpec DSpark, §2.6): Markov bias from the previous SAMPLED token.
+  p.tokens.resize(n);
+  if (!params.greedy()) p.q.resize(static_cast<size_t>(n) * V);
+  if (conf_) {
+    p.confidence.resize(n);
+    p.confidence_logits.resize(n);
+  }
+  std::vector<float> logits(static_cast<size_t>(V)), bias(static_cast<size_t>(V)), state, probs;
+  std::vector<float> e(static_cast<size_t>(markov_ ? markov_->rank() : 0));
+  if (markov_) markov_->reset(state);
+  int32_t prev = anchor;
+  for (int k = 0; k < n; ++k) {
+    const float* hk = h.data() + static_cast<int64_t>(k) * D;
+    const float* uk = base.data() + static_cast<int64_t>(k) * V;
+    if (markov_) {
+      markov_->bias(prev, hk, state, bias.data(), e.data());
+      for (int j = 0; j < V; ++j) logits[j] = uk[j] + bias[j];
+    } else {
+      std::copy(uk, uk + V, logits.begin());
+    }
+    if (conf_) {
+      const float z = conf_->logit(hk, conf_->with_markov() ? e.data() : nullptr);
+      p.confidence_logits[k] = z;
+      p.confidence[k] = ConfidenceHead::sigmoid(z);
+    }
+    const int32_t x = draw_draft_token(logits.data(), V, params, rng, probs);
+    p.tokens[k] = x;
+    if (!params.greedy()) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<int64_t>(k) * V);
+    prev = x;
+  }
+  return p;
+}
+
+}  // namespace
+
+bool is_deepseek_v4_dir(const std::string& dir) {
+  const std::string file = dir + "/config.json";
+  if (!file_exists(file)) return false;
+  const nlohmann::json j = read_json_file(file);
+  return j.is_object() && j.contains("model_type") && j.at("model_type").is_string() &&
+         j.at("model_type").get<std::string>() == "deepseek_v4";
+}
+
+V4DSparkConfig parse_v4_dspark_config(const std::string& dir, const DeepseekV4Config& t) {
+  const std::string file = dir + "/config.json";
+  const nlohmann::json j = read_json_file(file);
+  auto fail = [&](const std::string& field, const std::string& why) -> void {
+    throw Error(file + ": field '" + field + "': " + why);
+  };
+  auto integer = [&](const char* key, bool required, int64_t lo, int64_t hi, int64_t dflt) -> int64_t {
+    if (!j.contains(key) || j.at(key).is_null()) {
+      if (required) fail(key, "missing (this DeepSeek-V4 checkpoint declares no DSpark drafter)");
+      return dflt;
+    }
+    const auto& v = j.at(key);
+    if (!v.is_number_integer()) fail(key, std::string("expected an integer, got ") + v.type_name());
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi)
+      fail(key, "value " + std::to_string(x) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  };
+  V4DSparkConfig d;
+  d.block_size = static_cast<int>(integer("dspark_block_size", true, 1, 64, 0));
+  d.noise_token_id = static_cast<int32_t>(integer("dspark_noise_token_id", true, 0, t.vocab - 1, 0));
+  d.markov_rank = static_cast<int>(integer("dspark_markov_rank", false, 0, 65536, 0));
+  const char* ik = "dspark_target_layer_ids";
+  if (!j.contains(ik) || !j.at(ik).is_array() || j.at(ik).empty())
+    fail(ik, "missing or not a non-empty list of integers");
+  for (const auto& v : j.at(ik)) {
+    if (!v.is_number_integer()) fail(ik, "expected a list of integers, got an element of type " + std::string(v.type_name()));
+    d.target_layer_ids.push_back(v.get<int>());
+  }
+  for (size_t i = 0; i < d.target_layer_ids.size(); ++i) {
+    const int id = d.target_layer_ids[i];
+    if (id < 0 || id >= t.layers)
+      fail(ik, ids_str(d.target_layer_ids) + ": id " + std::to_string(id) + " outside [0, " + std::to_string(t.layers - 1) + "]");
+    if (i > 0 && id <= d.target_layer_ids[i - 1]) fail(ik, ids_str(d.target_layer_ids) + " is not strictly increasing");
+  }
+  return d;
+}
+
+std::unique_ptr<Drafter> load_v4_dspark_drafter(const std::string& dir, const Model& target, const DrafterOptions& opts) {
+  const DeepseekV4Config* tc = deepseek_v4_config(target);
+  if (!tc)
+    throw Error(dir + "/config.json: a DeepSeek-V4 DSpark drafter (mtp.* stages) needs a DeepSeek-V4 target, but the "
+                "target model is '" + target.config().architecture + "'");
+  if (opts.window_size > 0)
+    throw Error("--dflash-window-size: not used by the DeepSeek-V4 DSpark drafter (its stages attend to the last "
+                "sliding_window = " + std::to_string(tc->window) + " committed positions)");
+  const V4DSparkConfig dc = parse_v4_dspark_config(dir, *tc);
+  return std::make_unique<V4DSparkDrafter>(dir, target, dc);
+}
+
+}  // namespace dsinfer
