@@ -8,7 +8,10 @@
 # or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
-# gemm:graphs pairs (default "invariant:on cublas:on invariant:off").
+# gemm:graphs[:pdl] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
+# DSINFER_CUDA_PDL=1, programmatic dependent launch on). "ncu": Nsight Compute kernel
+# durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
+# adds bench-model --verify-blocks to every variant.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -29,41 +32,53 @@ cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
 date -u | tee "$OUT/env.txt"
 
 # The random 4B model takes minutes of CPU: start it first, in the background.
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* ]]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
 
 if [[ " $STEPS " == *" env "* ]]; then
   { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
-    echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
+    "$DEV/dsinfer" check-env; echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
 fi
 if [[ " $STEPS " == *" tests "* ]]; then
   for t in test_cuda_kernels test_cuda_model test_cuda_cli; do
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   for v in ${BENCH_VARIANTS:-invariant:on cublas:on invariant:off}; do
-    v=${v/:/ }
-    set -- $v
-    timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $1 --cuda-graphs $2 \
-      --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 --json > "$OUT/bench_4b_$1_graphs_$2.json" 2>> "$OUT/bench.err"
-    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']})" \
-      "$OUT/bench_4b_$1_graphs_$2.json" "$1/graphs-$2" || tail -5 "$OUT/bench.err"
+    IFS=: read -r g gr pdl <<< "$v"
+    pdl=${pdl:-0}
+    name=bench_4b_${g}_graphs_${gr}_pdl${pdl}
+    DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
+      --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 ${VERIFY_BLOCKS:+--verify-blocks $VERIFY_BLOCKS} \
+      --json > "$OUT/$name.json" 2>> "$OUT/bench.err"
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
+      "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl" || tail -5 "$OUT/bench.err"
   done
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   # Per-stage decode times (eager, CUDA events between stages): where a token's time goes.
   for g in invariant cublas; do
     echo "== $g" >> "$OUT/profile.txt"
-    DSINFER_CUDA_PROFILE=1 timeout 120 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g \
+    DSINFER_CUDA_PROFILE=1 DSINFER_CUDA_PDL=0 timeout 120 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g \
       --prompt-tokens ${PROMPT:-32} --decode-tokens 64 --repeat 1 >> "$OUT/profile.txt" 2>&1
   done
   grep -E "==|forwards|us/forward" "$OUT/profile.txt"
+fi
+if [[ " $STEPS " == *" ncu "* ]]; then
+  # Kernel durations of one eager decode step (graphs and PDL off) at position NCU_PROMPT,
+  # from Nsight Compute: forwards 1-2 are bench-model's warm-up, 3 the prefill, 4 the
+  # first decode step (219 kernels each for the 36-layer model).
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  DSINFER_CUDA_PDL=0 timeout 300 "$NCU" --clock-control none --cache-control none --csv \
+    --metrics gpu__time_duration.sum -s 657 -c 219 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda \
+    --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 2 --repeat 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  echo "== ncu"; python3 "$R/scripts/ncu_summary.py" "$OUT/ncu.csv" || tail -5 "$OUT/ncu.err"
 fi
 if [[ " $STEPS " == *" hf "* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"

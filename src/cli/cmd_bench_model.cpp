@@ -36,6 +36,8 @@ struct BenchModelArgs {
   int decode_tokens = 64;
   int repeat = 3;
   bool json = false;
+  std::vector<int> verify_blocks;  // --verify-blocks: time one verify forward of B rows per B
+  int verify_reps = 30;
   DeviceArgs dev;  // --device cpu|cuda: on cuda, decode returns only argmax ids to the host
 };
 
@@ -59,7 +61,12 @@ int run_bench_model(const BenchModelArgs& a) {
   std::mt19937 rng(1234);
   std::vector<int32_t> prompt(a.prompt_tokens);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(V));
-  auto kv = model->make_kv_cache(1, a.prompt_tokens + a.decode_tokens + 8);
+  int max_block = 1;
+  for (int b : a.verify_blocks) {
+    check(b >= 1 && b <= 256, "--verify-blocks: block sizes must be in [1, 256]");
+    max_block = std::max(max_block, b);
+  }
+  auto kv = model->make_kv_cache(1, a.prompt_tokens + std::max(a.decode_tokens, max_block) + 8);
   ForwardOutput out;
 
   // Warm-up: a short prefill and a decode step fault every weight page in, so the timed
@@ -105,6 +112,41 @@ int run_bench_model(const BenchModelArgs& a) {
   const double prefill_tps_median = a.prompt_tokens / median(prefill_runs);
   const double decode_tps_median = a.decode_tokens / median(decode_runs);
 
+  // Verify cost at batch 1: after the prompt, one forward of B new rows of one sequence with
+  // every row's argmax back (what a speculative verify step of B - 1 drafts runs), rolled
+  // back after each; median of verify_reps (after one untimed run of each shape, which on the
+  // GPU also captures its graph). The target-only speedup at acceptance length tau with
+  // blocks of B is tau * t(1) / t(B) (drafting cost not included).
+  nlohmann::json verify = nlohmann::json::array();
+  if (!a.verify_blocks.empty()) {
+    kv->clear(0);
+    ForwardBatch pre;
+    pre.entries.push_back({0, prompt, {a.prompt_tokens - 1}});
+    model->forward(*kv, pre, out);
+    std::vector<int32_t> ids;
+    for (int B : a.verify_blocks) {
+      ForwardBatch vb;
+      ForwardEntry e;
+      e.slot = 0;
+      for (int i = 0; i < B; ++i) {
+        e.tokens.push_back(prompt[static_cast<size_t>(i) % prompt.size()]);
+        e.logit_rows.push_back(i);
+      }
+      vb.entries.push_back(e);
+      std::vector<double> t;
+      for (int rep = 0; rep < a.verify_reps + 2; ++rep) {
+        const double t0 = now_s();
+        model->forward_argmax(*kv, vb, out, ids);
+        const double dt = now_s() - t0;
+        kv->truncate(0, a.prompt_tokens);
+        if (rep >= 2) t.push_back(dt);
+      }
+      verify.push_back({{"block", B}, {"ms_median", 1e3 * median(t)}, {"ms_best", 1e3 * *std::min_element(t.begin(), t.end())}});
+    }
+    const double t1 = verify[0].at("ms_median").get<double>();
+    for (auto& v : verify) v["cost_vs_first"] = v.at("ms_median").get<double>() / t1;
+  }
+
   double bw = 0.0;
   if (device_is_cuda(a.dev)) {
 #ifdef DSINFER_HAS_CUDA
@@ -141,6 +183,7 @@ int run_bench_model(const BenchModelArgs& a) {
                         {"memory_bandwidth_gbs", bw},
                         {"roofline_decode_tokens_per_s", roofline},
                         {"roofline_pct", pct}};
+    if (!verify.empty()) j["verify_blocks"] = verify;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("model            %s (%s, %d layers, hidden %d)\n", a.model_path.c_str(), c.architecture.c_str(),
@@ -156,6 +199,9 @@ int run_bench_model(const BenchModelArgs& a) {
     std::printf("memory bandwidth %.2f GB/s (measured, %s)\n", bw,
                 device_is_cuda(a.dev) ? "device-to-device copy, read + write" : (std::to_string(threads) + " threads").c_str());
     std::printf("roofline         %.2f tokens/s; decode reaches %.1f%% of it\n", roofline, pct);
+    for (const auto& v : verify)
+      std::printf("verify block %3d %.3f ms median (%.2fx the first block size)\n", v.at("block").get<int>(),
+                  v.at("ms_median").get<double>(), v.at("cost_vs_first").get<double>());
   }
   return 0;
 }
@@ -172,6 +218,12 @@ Runner register_bench_model(CLI::App& app) {
   sub->add_option("--prompt-tokens", args->prompt_tokens, "Tokens in the timed prefill")->capture_default_str();
   sub->add_option("--decode-tokens", args->decode_tokens, "Tokens in the timed batch-1 decode")->capture_default_str();
   sub->add_option("--repeat", args->repeat, "Timed repetitions (best and median reported)")->capture_default_str();
+  sub->add_option("--verify-blocks", args->verify_blocks,
+                  "Also time one verify forward of B rows of one sequence (all rows' argmax) for each B, e.g. 1,2,4,8,16")
+      ->delimiter(',');
+  sub->add_option("--verify-reps", args->verify_reps, "Timed verify forwards per block size (median reported)")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object");
   return [args] { return run_bench_model(*args); };
 }

@@ -8,6 +8,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "harness/env_check.h"
+#ifdef DSINFER_HAS_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace dsinfer::cli {
 
@@ -27,7 +30,12 @@ int run_check_env(const CheckEnvArgs& a) {
   const bool cuda = false;
 #endif
   if (!a.draft_model_path.empty() && a.model_path.empty()) throw Error("--draft-model-path: needs --model-path");
-  const SystemInfo sys = probe_system(cuda);
+  SystemInfo sys = probe_system(cuda);
+#ifdef DSINFER_HAS_CUDA
+  // The backend's own view of the device (the CUDA runtime, not nvidia-smi).
+  const std::string why = cuda_unavailable_reason();
+  sys.cuda_backend = why.empty() ? cuda_device_description() : "unavailable: " + why;
+#endif
   ModelCheck m;
   const bool with_model = !a.model_path.empty();
   if (with_model) m = check_model(a.model_path, a.draft_model_path, sys, a.prealloc_ratio);

@@ -321,7 +321,8 @@ std::string format_report(const SystemInfo& s, const ModelCheck* m, const Assess
       o += s.cuda_version.empty() ? "\n" : ", CUDA " + s.cuda_version + "\n";
     }
   }
-  o += std::string("  this build: ") + (s.built_with_cuda ? "with the CUDA backend (--device cuda)" : "CPU only") + "\n";
+  o += std::string("  this build: ") + (s.built_with_cuda ? "with the CUDA backend (--device cuda)" : "CPU only") +
+       (s.cuda_backend.empty() ? "" : ": " + s.cuda_backend) + "\n";
   if (m) {
     o += "Model: " + m->dir + "\n";
     if (!m->config_ok) o += "  config: " + m->error + "\n";
@@ -369,6 +370,7 @@ json report_json(const SystemInfo& s, const ModelCheck* m, const Assessment& a) 
             {"gpu_note", s.gpu_note},
             {"cuda_version", s.cuda_version},
             {"built_with_cuda", s.built_with_cuda},
+            {"cuda_backend", s.cuda_backend},
             {"score", a.score},
             {"can_run", a.can_run},
             {"reasons", a.reasons},

@@ -33,6 +33,9 @@ struct SystemInfo {
   std::vector<GpuInfo> gpus;
   std::string gpu_note;               // why there is no GPU list
   bool built_with_cuda = false;
+  // CUDA builds: the device as the backend's runtime sees it ("NVIDIA H200 (sm_90, 132 SMs,
+  // 139.8 GiB)"), or "unavailable: <why>" (set by the caller, which links the backend).
+  std::string cuda_backend;
 };
 
 SystemInfo probe_system(bool built_with_cuda);

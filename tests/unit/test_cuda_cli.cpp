@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
@@ -50,4 +52,74 @@ TEST(CudaCli, DeviceCudaRunsOnGpu) {
   const auto bj = nlohmann::json::parse(b.out);
   EXPECT_GT(bj.at("decode_tokens_per_s").get<double>(), 0.0);
   EXPECT_NE(bj.at("device").get<std::string>().find("cuda"), std::string::npos);
+}
+
+// check-env names the CUDA backend's device as its runtime sees it (a CUDA build), or says
+// why it is unavailable; a CPU-only build says "CPU only".
+TEST(CudaCli, CheckEnvReportsTheCudaBackend) {
+  const auto r = run_dsinfer({"check-env", "--json"});
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 1) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+#ifdef DSINFER_HAS_CUDA
+  EXPECT_TRUE(j.at("built_with_cuda").get<bool>());
+  const std::string backend = j.at("cuda_backend").get<std::string>();
+  if (gpu_present()) {
+    EXPECT_NE(backend.find("sm_"), std::string::npos) << backend;
+  } else {
+    EXPECT_EQ(backend.rfind("unavailable: ", 0), 0u) << backend;
+  }
+  const auto t = run_dsinfer({"check-env"});
+  EXPECT_NE(t.out.find("this build: with the CUDA backend (--device cuda): " + backend), std::string::npos) << t.out;
+#else
+  EXPECT_FALSE(j.at("built_with_cuda").get<bool>());
+  EXPECT_EQ(j.at("cuda_backend").get<std::string>(), "");
+#endif
+}
+
+// Target on the GPU (batch-invariant GEMM, CUDA graphs), drafter on the CPU: greedy
+// speculation gives exactly the plain greedy ids, for every shipped drafter present (a
+// device call may carry only some of them; none present: skipped).
+TEST(CudaCli, GreedySpeculationEqualsPlainGreedyOnGpu) {
+  if (!gpu_present()) GTEST_SKIP() << "no GPU (or built without DSINFER_CUDA)";
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/";
+  const std::vector<std::string> base = {"generate", "--model-path", root + "target", "--device", "cuda", "--prompt",
+                                         "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                                         "--max-tokens", "64", "--ignore-eos", "--json"};
+  const auto plain = run_dsinfer(base);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const auto want = nlohmann::json::parse(plain.out).at("ids");
+  ASSERT_EQ(want.size(), 64u);
+  int ran = 0;
+  for (const char* d : {"dflash-zlab", "dspark", "dflash"}) {
+    if (!std::ifstream(root + d + "/config.json")) continue;
+    std::vector<std::string> args = base;
+    args.insert(args.end(), {"--draft-model-path", root + d});
+    const auto r = run_dsinfer(args);
+    ASSERT_EQ(r.exit_code, 0) << d << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("ids"), want) << d;
+    EXPECT_GT(j.at("spec").at("rounds").get<int>(), 0) << d;
+    std::cout << "[cuda spec] " << d << ": tau " << j.at("spec").at("tau").get<double>() << ", ids equal to plain greedy\n";
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << "no drafter under " << root;
+}
+
+// bench-model --verify-blocks (any device; here the CPU): one entry per block size, in the
+// order given, the first one the unit of cost_vs_first.
+TEST(CudaCli, BenchModelVerifyBlocks) {
+  const auto b = run_dsinfer({"bench-model", "--model-path", kTiny, "--prompt-tokens", "8", "--decode-tokens", "4",
+                              "--repeat", "1", "--verify-blocks", "1,4,8", "--verify-reps", "3", "--json"});
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto v = nlohmann::json::parse(b.out).at("verify_blocks");
+  ASSERT_EQ(v.size(), 3u);
+  const std::vector<int> want = {1, 4, 8};
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].at("block").get<int>(), want[i]);
+    EXPECT_GT(v[i].at("ms_median").get<double>(), 0.0);
+  }
+  EXPECT_DOUBLE_EQ(v[0].at("cost_vs_first").get<double>(), 1.0);
+  const auto bad = run_dsinfer({"bench-model", "--model-path", kTiny, "--verify-blocks", "0"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--verify-blocks"), std::string::npos) << bad.err;
 }

@@ -191,6 +191,75 @@ TEST(CudaKernels, FusedGemmInputsMatchReferenceAndAreBatchInvariant) {
   }
 }
 
+// A wide GEMM (many more feature groups than resident blocks, so each block walks several
+// groups with the next group's weights prefetched): against a double reference, a row alone
+// == the row in the batch, and the argmax keys (reduced per block, then atomicMax) give each
+// row's argmax. Then the SwiGLU epilogue (run_silu, (gate, up) rows interleaved): the
+// invariant kernel gives the bits of SwiGLU applied to its own plain output, the cuBLAS
+// path the reference within BF16 tolerance, and a row alone == the row in the batch.
+TEST(CudaKernels, WideGemmWalksGroupsAndSwiGluEpilogue) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  const int K = 256, N = 40002, M = 5;
+  std::vector<float> xf, wf;
+  Dev<uint16_t> X(random_bf16(size_t(M) * K, rng, 1.0f, &xf));
+  Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.1f, &wf));
+  Dev<float> Y(size_t(M) * N), Y1(N);
+  Y.poison();
+  Dev<unsigned long long> keys(M);
+  DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, M * sizeof(unsigned long long)));
+  gemm_rows(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, Y.p, N, M, false, nullptr, keys.p);
+  const std::vector<float> y = Y.get();
+  const std::vector<unsigned long long> k = keys.get();
+  for (int m = 0; m < M; ++m) {
+    int best = 0;
+    for (int n = 0; n < N; ++n) {
+      double ref = 0, mag = 0;
+      for (int i = 0; i < K; ++i) {
+        ref += double(xf[size_t(m) * K + i]) * wf[size_t(n) * K + i];
+        mag += std::abs(double(xf[size_t(m) * K + i]) * wf[size_t(n) * K + i]);
+      }
+      ASSERT_NEAR(y[size_t(m) * N + n], ref, 1e-4 * mag + 1e-6) << "m " << m << " n " << n;
+      if (y[size_t(m) * N + n] > y[size_t(m) * N + best]) best = n;
+    }
+    EXPECT_EQ(argmax_from_key(k[m]), best) << "row " << m;
+    gemm_rows(as_bf16(X.p + size_t(m) * K), K, as_bf16(W.p), N, K, Y1.p, N, 1, false, nullptr);
+    const std::vector<float> one = Y1.get();
+    ASSERT_EQ(0, std::memcmp(one.data(), y.data() + size_t(m) * N, N * sizeof(float))) << "row " << m;
+  }
+
+  // SwiGLU epilogue: N = 2I rows taken as (gate_i, up_i) pairs.
+  const int I = N / 2;
+  Dev<uint16_t> act(size_t(M) * I), act1(I), pairs(size_t(M) * I);
+  silu_mul_pairs(Y.p, M, I, reinterpret_cast<bf16*>(pairs.p), I, nullptr);  // SwiGLU of the plain output
+  const std::vector<uint16_t> want = pairs.get();
+  for (bool invariant : {true, false}) {
+    SCOPED_TRACE(invariant ? "invariant" : "cublas");
+    Gemm g(invariant);
+    Dev<float> gu(size_t(M) * N);
+    Dev<uint16_t> scratch(size_t(M) * K);
+    act.poison();
+    g.run_silu(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), I, M, gu.p,
+               reinterpret_cast<bf16*>(scratch.p), nullptr);
+    const std::vector<uint16_t> a = act.get();
+    if (invariant) {
+      ASSERT_EQ(0, std::memcmp(a.data(), want.data(), a.size() * 2));
+      for (int m = 0; m < M; ++m) {
+        g.run_silu(GemmInput::bf16_rows(as_bf16(X.p + size_t(m) * K), K), as_bf16(W.p), N, K,
+                   reinterpret_cast<bf16*>(act1.p), I, 1, gu.p, nullptr, nullptr);
+        const std::vector<uint16_t> a1 = act1.get();
+        ASSERT_EQ(0, std::memcmp(a1.data(), a.data() + size_t(m) * I, size_t(I) * 2)) << "row " << m;
+      }
+    } else {
+      for (size_t i = 0; i < a.size(); ++i) {
+        const float gv = y[(i / I) * N + 2 * (i % I)], uv = y[(i / I) * N + 2 * (i % I) + 1];
+        const double ref = gv / (1.0 + std::exp(-double(gv))) * uv;
+        ASSERT_NEAR(bf16_to_f32(a[i]), ref, std::abs(ref) / 64 + 1e-3) << "i " << i;
+      }
+    }
+  }
+}
+
 TEST(CudaKernels, RmsNormMatchesCpuFormula) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(3);
@@ -222,7 +291,7 @@ TEST(CudaKernels, RmsNormMatchesCpuFormula) {
 TEST(CudaKernels, AttentionMatchesReferenceAndIsBatchInvariant) {
   SKIP_WITHOUT_GPU();
   const int NH = 4, NKVH = 2, slots = 3, max_tokens = 600;
-  for (int D : {64, 24}) {
+  for (int D : {64, 24, 30, 128, 256}) {
     SCOPED_TRACE("head_dim " + std::to_string(D));
     CudaKVCache kv(1, NKVH, D, slots, max_tokens);
     const KVLayerView L = kv.layer(0);

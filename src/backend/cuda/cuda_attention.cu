@@ -9,42 +9,31 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTile = 256;
+constexpr int kWarps = kAttnWarps;
+constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxD = 256;
 
-__device__ float block_max(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+__device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float m = red[0];
-  for (int w = 1; w < kWarps; ++w) m = fmaxf(m, red[w]);
-  return m;
+  return v;
 }
-
-__device__ float block_sum(float v, float* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+__device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float s = 0.0f;
-  for (int w = 0; w < kWarps; ++w) s += red[w];
-  return s;
+  return v;
 }
 
+// kPairs: dimension pairs per lane (D <= 64 * kPairs). kVec: D % 8 == 0 (16-byte K loads).
+template <int kPairs, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* __restrict__ q, KVLayerView kv, const int32_t* __restrict__ slot,
                      const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale, bf16* __restrict__ out) {
   __shared__ float qs[kMaxD];
-  __shared__ float sc[kTile];
-  __shared__ float red[32];
-  __shared__ float part[kWarps][kMaxD];
+  __shared__ float wm[kWarps], wl[kWarps];
+  __shared__ float wacc[kWarps][kMaxD];
+  pdl_trigger();
+  pdl_wait();
   const int r = blockIdx.y, h = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int s = slot[r];
@@ -53,95 +42,139 @@ __global__ void __launch_bounds__(kThreads)
     for (int d = threadIdx.x; d < D; d += kThreads) o[d] = __float2bfloat16(0.0f);
     return;
   }
+  // Warp w owns keys [k0, k1): the w-th of kWarps contiguous ranges of `chunk` keys, chunk a
+  // function of the row's length alone.
   const int n_keys = pos[r] + 1;
+  const int chunk = ((n_keys + kWarps - 1) / kWarps + 31) & ~31;
+  const int k0 = warp * chunk, k1 = min(n_keys, k0 + chunk);
   const int kvh = h / (NH / NKVH);
   const bf16* K = kv.k + s * kv.slot_stride + kvh * kv.head_stride;
   const bf16* V = kv.v + s * kv.slot_stride + kvh * kv.head_stride;
   const float* qr = q + (static_cast<int64_t>(r) * NH + h) * D;
+
+  // One tile: lane j's K row (key t0 + j) and the lane's dimension pairs of the V rows of
+  // keys t0 .. t0 + 31, all loads issued together (one memory round trip per tile; the
+  // first tile's go out before q is staged). D = 256 keeps the V loads of the second half
+  // of the tile for its V loop (registers).
+  constexpr int kChunks = 8 * kPairs;
+  constexpr int kVKeys = kPairs <= 2 ? 32 : 16;
+  uint4 kr[kChunks];
+  uint32_t vr[kVKeys][kPairs];
+  auto load_tile = [&](int t0) {
+    const int j = t0 + lane;
+    if constexpr (kVec) {
+      if (j < k1) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(K + static_cast<int64_t>(j) * D);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          if (c < D / 8) kr[c] = k4[c];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kVKeys; ++u)
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i)
+        if (t0 + u < k1 && 2 * (lane + 32 * i) < D)
+          vr[u][i] = reinterpret_cast<const uint32_t*>(V + static_cast<int64_t>(t0 + u) * D)[lane + 32 * i];
+  };
+  if (k0 < k1) load_tile(k0);
   for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = qr[d];
   __syncthreads();
 
-  // V accumulation: warp w owns keys w, w + kWarps, ... of every tile; lane l owns the
-  // dimension pairs (2p, 2p + 1) for p = l, l + 32, ... (D <= 256: at most 4 pairs).
-  constexpr int kPairs = kMaxD / 64;
+  float m = -INFINITY, l = 0.0f;
   float acc[2 * kPairs];
 #pragma unroll
   for (int i = 0; i < 2 * kPairs; ++i) acc[i] = 0.0f;
-  float m = -INFINITY, l = 0.0f;
-  const bool vec = (D % 8) == 0;
-  for (int t0 = 0; t0 < n_keys; t0 += kTile) {
-    const int tn = min(kTile, n_keys - t0);
-    // Scores: one key per thread, sequential dot over D (loads unrolled to overlap).
-    for (int j = threadIdx.x; j < tn; j += kThreads) {
-      const bf16* kj = K + static_cast<int64_t>(t0 + j) * D;
-      float dot = 0.0f;
-      if (vec) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(kj);
-#pragma unroll 8
-        for (int c = 0; c < D / 8; ++c) {
-          const uint4 kv8 = k4[c];
-          const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&kv8);
+  for (int t0 = k0; t0 < k1; t0 += 32) {
+    if (t0 != k0) load_tile(t0);
+    // Scores: lane j takes key t0 + j, a sequential dot over D.
+    const int j = t0 + lane;
+    const bool valid = j < k1;
+    float dot = 0.0f;
+    if (valid) {
+      if constexpr (kVec) {
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = __bfloat1622float2(p[e]);
-            dot = fmaf(qs[c * 8 + 2 * e], f.x, dot);
-            dot = fmaf(qs[c * 8 + 2 * e + 1], f.y, dot);
+        for (int c = 0; c < kChunks; ++c)
+          if (c < D / 8) {
+            const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kr[c]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __bfloat1622float2(p2[e]);
+              dot = fmaf(qs[c * 8 + 2 * e], f.x, dot);
+              dot = fmaf(qs[c * 8 + 2 * e + 1], f.y, dot);
+            }
           }
-        }
       } else {
+        const bf16* kj = K + static_cast<int64_t>(j) * D;
         for (int i = 0; i < D; ++i) dot = fmaf(qs[i], __bfloat162float(kj[i]), dot);
       }
-      sc[j] = dot * scale;
     }
-    __syncthreads();
-    float tmax = -INFINITY;
-    for (int j = threadIdx.x; j < tn; j += kThreads) tmax = fmaxf(tmax, sc[j]);
-    tmax = block_max(tmax, red);
-    const float m_new = fmaxf(m, tmax);
+    const float sc = valid ? dot * scale : -INFINITY;
+    // Online softmax over the tile (lane 0's key is always valid: the max is finite).
+    const float m_new = fmaxf(m, warp_max(sc));
     const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
-    float psum = 0.0f;
-    for (int j = threadIdx.x; j < tn; j += kThreads) {
-      const float p = expf(sc[j] - m_new);
-      sc[j] = p;
-      psum += p;
-    }
-    psum = block_sum(psum, red);  // its barriers also publish sc[]
-    l = l * corr + psum;
+    const float p = valid ? expf(sc - m_new) : 0.0f;
+    l = l * corr + warp_sum(p);
 #pragma unroll
     for (int i = 0; i < 2 * kPairs; ++i) acc[i] *= corr;
-#pragma unroll 16  // many V rows in flight: this loop is latency-bound at batch 1
-    for (int j = warp; j < tn; j += kWarps) {
-      const float p = sc[j];
-      const __nv_bfloat162* vj = reinterpret_cast<const __nv_bfloat162*>(V + static_cast<int64_t>(t0 + j) * D);
+    // V: keys t0 .. t0 + 31 in order (lane l owns the dimension pairs l, l + 32, ...).
+    const int tn = min(32, k1 - t0);
 #pragma unroll
-      for (int i = 0; i < kPairs; ++i) {
-        const int pr = lane + 32 * i;
-        if (2 * pr < D) {
-          const float2 v = __bfloat1622float2(vj[pr]);
-          acc[2 * i] = fmaf(p, v.x, acc[2 * i]);
-          acc[2 * i + 1] = fmaf(p, v.y, acc[2 * i + 1]);
-        }
-      }
+    for (int u = 0; u < 32; ++u) {
+      const float pj = __shfl_sync(0xffffffffu, p, u);
+      if (u < tn)
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i)
+          if (2 * (lane + 32 * i) < D) {
+            uint32_t raw;
+            if (u < kVKeys) raw = vr[u < kVKeys ? u : 0][i];
+            else raw = reinterpret_cast<const uint32_t*>(V + static_cast<int64_t>(t0 + u) * D)[lane + 32 * i];
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
+            acc[2 * i] = fmaf(pj, v.x, acc[2 * i]);
+            acc[2 * i + 1] = fmaf(pj, v.y, acc[2 * i + 1]);
+          }
     }
     m = m_new;
-    __syncthreads();  // sc[] is rewritten by the next tile
   }
-  // The warps' partial sums, added in warp order.
+  // The warps' (max, sum, V sum), combined in warp order (warps without keys add nothing).
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
 #pragma unroll
   for (int i = 0; i < kPairs; ++i) {
     const int pr = lane + 32 * i;
     if (2 * pr < D) {
-      part[warp][2 * pr] = acc[2 * i];
-      part[warp][2 * pr + 1] = acc[2 * i + 1];
+      wacc[warp][2 * pr] = acc[2 * i];
+      wacc[warp][2 * pr + 1] = acc[2 * i + 1];
     }
   }
   __syncthreads();
-  const float inv = 1.0f / l;
-  for (int d = threadIdx.x; d < D; d += kThreads) {
-    float sum = 0.0f;
-    for (int w = 0; w < kWarps; ++w) sum += part[w][d];
-    o[d] = __float2bfloat16(sum * inv);
+  float mx = wm[0];
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, wm[w]);
+  float f[kWarps];
+  float den = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = wl[w] > 0.0f ? expf(wm[w] - mx) : 0.0f;
+    den += wl[w] * f[w];
   }
+  const float inv = 1.0f / den;
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) num += wacc[w][d] * f[w];
+    o[d] = __float2bfloat16(num * inv);
+  }
+}
+
+template <int kPairs>
+void launch(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos,
+            int NH, int NKVH, int D, float scale, bf16* out) {
+  if (D % 8 == 0)
+    launch_pdl(attention_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  else
+    launch_pdl(attention_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
 }
 
 }  // namespace
@@ -152,8 +185,10 @@ void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const i
   if (D > kMaxD || D % 2 != 0 || NKVH <= 0 || NH % NKVH != 0)
     throw Error("CUDA attention: head_dim " + std::to_string(D) + " / heads " + std::to_string(NH) + " / kv heads " +
                 std::to_string(NKVH) + " not supported (head_dim even and <= 256, heads a multiple of kv heads)");
-  dim3 grid(NH, T);
-  attention_kernel<<<grid, kThreads, 0, stream>>>(q, kv, slot, pos, NH, NKVH, D, scale, out);
+  const dim3 grid(NH, T);
+  if (D <= 64) launch<1>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  else if (D <= 128) launch<2>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  else launch<4>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
   DSINFER_CUDA_LAUNCHED("attention_kernel");
 }
 

@@ -4,19 +4,24 @@
 // Every row carries its own (slot, position): by the time attention runs, the layer's K/V
 // of all new rows are already in the cache (qk_norm_rope_store), so row r attends to keys
 // [0, pos[r]] of its slot — causal within a block and over the cached prefix at once, with
-// no notion of "entries". One block of 128 threads per (row, q head): keys are taken in
-// tiles of 256 (score = sequential dot over head_dim by one thread per key, times
-// scale), an online softmax carries max and sum across tiles; for the weighted sum of V,
-// warp w takes keys w, w + 4, ... of each tile (lanes over dimension pairs) and the four
-// warp sums are added in warp order at the end. The order depends only on the row's
-// position, so a row's output does not depend on the batch (batch invariance), and a
-// verify row equals the decode row at the same position.
+// no notion of "entries". One block of kAttnWarps warps per (row, q head); the row's n keys
+// are cut into kAttnWarps contiguous ranges of chunk = roundup32(ceil(n / kAttnWarps)) keys,
+// one per warp (a function of n alone). A warp walks its range in tiles of 32 keys: lane j
+// scores key t0 + j (a sequential dot over head_dim, times scale), an online softmax over
+// the tile (xor-shuffle max and sum) carries max and sum, and the V rows are added in key
+// order (lanes over dimension pairs). The warps' (max, sum, V sum) are then combined in warp
+// order. No step's order depends on other rows, so a row's output does not depend on the
+// batch (batch invariance), and a verify row equals the decode row at the same position.
+// At decode (one row, a few hundred keys) this is a short chain: one load round trip per
+// 32-key tile per warp, no block barrier inside the loop.
 #pragma once
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_kernels.h"
 
 namespace dsinfer::cuda {
+
+constexpr int kAttnWarps = 8;
 
 // q f32 [T, NH * D]; out bf16 [T, NH * D]. Rows with slot < 0 get zeros. D <= 256, even.
 void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH, int NKVH,

@@ -40,3 +40,47 @@ namespace dsinfer::cuda {
     cudaError_t dsinfer_e_ = cudaGetLastError();                                        \
     if (dsinfer_e_ != cudaSuccess) ::dsinfer::cuda::throw_cuda(dsinfer_e_, name, __FILE__, __LINE__); \
   } while (0)
+
+// Programmatic dependent launch (Hopper): a kernel launched with launch_pdl() may start while
+// the kernel before it in the stream is still running; it must call pdl_wait() before it
+// reads anything an earlier kernel wrote (or writes anything an earlier kernel reads), and
+// every kernel launched so waits (unconditionally, in every thread that touches such data),
+// so completion stays transitive down the stream. Before the wait a kernel may only read
+// constant data (weights): the decode GEMMs issue their first weight loads there, so the
+// weight stream of one layer overlaps the tail of the kernel before. pdl_trigger() lets the
+// next kernel be scheduled once every block of this one has called it. Both are no-ops when
+// the kernel was launched without the attribute. Off unless DSINFER_CUDA_PDL=1: on the H200
+// it measured slower than plain stream order (docs/PERFORMANCE.md, CUDA section).
+namespace dsinfer::cuda {
+
+bool pdl_enabled();  // cuda_device.cpp: sm_90+ and DSINFER_CUDA_PDL=1
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... KArgs, typename... Args>
+void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  DSINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+}
+#endif  // __CUDACC__
+
+}  // namespace dsinfer::cuda

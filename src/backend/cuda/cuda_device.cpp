@@ -3,6 +3,7 @@
 // each byte twice through device memory (read + write), and both are counted.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -61,5 +62,24 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes, int reps, int device) {
   const double med = ms[ms.size() / 2] * 1e-3;
   return 2.0 * static_cast<double>(bytes) / med / 1e9;
 }
+
+namespace cuda {
+
+bool pdl_enabled() {
+  static const bool on = [] {
+    // Opt-in: measured slower than plain stream order on the H200 (docs/PERFORMANCE.md).
+    const char* e = std::getenv("DSINFER_CUDA_PDL");
+    if (!e || std::string(e) != "1") return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return major >= 9;
+  }();
+  return on;
+}
+
+}  // namespace cuda
 
 }  // namespace dsinfer

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
@@ -40,23 +42,55 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
   return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
 }
 
+constexpr int kEpiY = 0, kEpiSilu = 1;
+
+// One batch of this warp's weight loads: chunks c0, c0 + 32, ... (kUnroll of them) of its
+// kOutPerWarp feature rows starting at n0 (rows past N clamp to N - 1; their sums are dropped).
+__device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], const bf16* __restrict__ W, int N,
+                                           int K, int n0, int c0) {
+  if (n0 >= N) return;
+  const int chunks = K / 8;
+#pragma unroll
+  for (int o = 0; o < kOutPerWarp; ++o) {
+    const uint4* w4 = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(min(n0 + o, N - 1)) * K);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (c0 + u * 32 < chunks) wv[u][o] = __ldg(w4 + c0 + u * 32);
+  }
+}
+
 // kVec: K % 8 == 0 and W 16-byte aligned (the 16-byte path); else the same lane-strided,
-// in-order accumulation over single elements.
-template <int kMode, bool kVec>
+// in-order accumulation over single elements. kEpi: kEpiY writes Y; kEpiSilu: the feature
+// pairs (2i, 2i + 1) are (gate_i, up_i) and the epilogue writes silu_out[m, i] =
+// bf16(silu(gate) * up) instead of Y.
+//
+// A block stages its rows of A once and then walks feature groups g = blockIdx.x,
+// blockIdx.x + gridDim.x, ... (the grid is sized so every block is resident: one wave). The
+// weights are constant, so each warp issues its first batch of weight loads before the PDL
+// wait and the A staging, and from then on always has the next batch (the next chunks, or
+// the first chunks of its next group) in flight while it computes the current one.
+template <int kMode, bool kVec, int kEpi>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
-                     int accumulate, unsigned long long* __restrict__ argmax_keys) {
+                     int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
+                     int64_t ld_silu) {
+  constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
   __shared__ float red[kRowsPerBlock][kWarps];
+  __shared__ unsigned long long best_w[kWarps][kRowsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int m0 = blockIdx.y * kRowsPerBlock;
   const int mr = min(kRowsPerBlock, M - m0);
   const int Kp = (K + 7) & ~7;
+  const int groups = (N + kOutPerBlock - 1) / kOutPerBlock;
+  const int n_step = gridDim.x * kOutPerBlock;
+
+  uint4 wv[kUnroll][kOutPerWarp];
+  if constexpr (kVec) load_batch(wv, W, N, K, blockIdx.x * kOutPerBlock + warp * kOutPerWarp, lane);
+  pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
-  // Latency matters here (every block does it before streaming its weights), so the
-  // vector path issues 16-byte loads kStageUnroll at a time.
   float inv[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) inv[r] = 1.0f;
@@ -176,97 +210,152 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // ---- dot products: warp -> features n0, n0 + 1; lane -> chunks lane, lane + 32, ... --
-  const int n0 = blockIdx.x * kOutPerBlock + warp * kOutPerWarp;
-  if (n0 >= N) return;
-  const int nw = min(kOutPerWarp, N - n0);
-  float acc[kRowsPerBlock][kOutPerWarp];
+  unsigned long long best[kRowsPerBlock];
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r)
+  for (int r = 0; r < kRowsPerBlock; ++r) best[r] = 0ull;
+  for (int g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int n0 = g * kOutPerBlock + warp * kOutPerWarp;
+    if (n0 >= N) break;  // (later groups only go further past N)
+    const int nw = min(kOutPerWarp, N - n0);
+    float acc[kRowsPerBlock][kOutPerWarp];
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = 0.0f;
-  if constexpr (kVec) {
-    const int chunks = K / 8;
-    const uint4* w4[kOutPerWarp];
+    for (int r = 0; r < kRowsPerBlock; ++r)
 #pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o)
-      w4[o] = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(min(n0 + o, N - 1)) * K);
-    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-      uint4 wv[kUnroll][kOutPerWarp];
+      for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = 0.0f;
+    if constexpr (kVec) {
+      const int chunks = K / 8;
+      for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+        // The next batch goes out before this one is used: the next chunks of this group,
+        // or the first chunks of this warp's next group.
+        uint4 nx[kUnroll][kOutPerWarp];
+        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll);
+        else load_batch(nx, W, N, K, n0 + n_step, lane);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
+        for (int u = 0; u < kUnroll; ++u) {
+          const int c = c0 + u * 32;
+          if (c < chunks) {
+            float wf[kOutPerWarp][8];
 #pragma unroll
-        for (int o = 0; o < kOutPerWarp; ++o)
-          if (c < chunks) wv[u][o] = __ldg(w4[o] + c);
-      }
+            for (int o = 0; o < kOutPerWarp; ++o) unpack8(wv[u][o], wf[o]);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = c0 + u * 32;
-        if (c < chunks) {
-          float wf[kOutPerWarp][8];
+            for (int r = 0; r < kRowsPerBlock; ++r) {
+              if (r < mr) {
+                float a[8];
+                unpack8(*reinterpret_cast<const uint4*>(As + r * Kp + c * 8), a);
 #pragma unroll
-          for (int o = 0; o < kOutPerWarp; ++o) unpack8(wv[u][o], wf[o]);
+                for (int o = 0; o < kOutPerWarp; ++o)
 #pragma unroll
-          for (int r = 0; r < kRowsPerBlock; ++r) {
-            if (r < mr) {
-              float a[8];
-              unpack8(*reinterpret_cast<const uint4*>(As + r * Kp + c * 8), a);
-#pragma unroll
-              for (int o = 0; o < kOutPerWarp; ++o)
-#pragma unroll
-                for (int j = 0; j < 8; ++j) acc[r][o] = fmaf(a[j], wf[o][j], acc[r][o]);
+                  for (int j = 0; j < 8; ++j) acc[r][o] = fmaf(a[j], wf[o][j], acc[r][o]);
+              }
             }
           }
         }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int o = 0; o < kOutPerWarp; ++o) wv[u][o] = nx[u][o];
+      }
+    } else {
+      for (int k = lane; k < K; k += 32) {
+        float wk[kOutPerWarp];
+#pragma unroll
+        for (int o = 0; o < kOutPerWarp; ++o) wk[o] = __bfloat162float(W[static_cast<int64_t>(min(n0 + o, N - 1)) * K + k]);
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r)
+          if (r < mr) {
+            const float a = __bfloat162float(As[r * Kp + k]);
+#pragma unroll
+            for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = fmaf(a, wk[o], acc[r][o]);
+          }
       }
     }
-  } else {
-    for (int k = lane; k < K; k += 32) {
-      float wk[kOutPerWarp];
 #pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o) wk[o] = __bfloat162float(W[static_cast<int64_t>(min(n0 + o, N - 1)) * K + k]);
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      float v[kOutPerWarp];
 #pragma unroll
-      for (int r = 0; r < kRowsPerBlock; ++r)
-        if (r < mr) {
-          const float a = __bfloat162float(As[r * Kp + k]);
+      for (int o = 0; o < kOutPerWarp; ++o) {
+        v[o] = acc[r][o];
 #pragma unroll
-          for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = fmaf(a, wk[o], acc[r][o]);
+        for (int s = 16; s > 0; s >>= 1) v[o] += __shfl_xor_sync(0xffffffffu, v[o], s);
+      }
+      if (lane == 0 && r < mr) {
+        if constexpr (kSilu) {
+          // nw == 2 (N even, checked at launch): (gate, up) of feature n0 / 2.
+          silu_out[static_cast<int64_t>(m0 + r) * ld_silu + n0 / 2] = __float2bfloat16(silu_mul(v[0], v[1]));
+        } else {
+#pragma unroll
+          for (int o = 0; o < kOutPerWarp; ++o)
+            if (o < nw) {
+              float* y = Y + static_cast<int64_t>(m0 + r) * ldy + n0 + o;
+              const float out = accumulate ? *y + v[o] : v[o];
+              *y = out;
+              if (argmax_keys) {
+                const unsigned long long key = argmax_key(out, n0 + o);
+                best[r] = key > best[r] ? key : best[r];
+              }
+            }
         }
+      }
     }
   }
+  // The next kernel may be scheduled once every block got here (its blocks then take the SM
+  // room ours free and start their weight loads). Not earlier: blocks of kernels two or three
+  // launches on would take room this grid (sized to one resident wave) still needs.
+  pdl_trigger();
+  // Argmax: the block's best key per row, one atomicMax per (block, row) (max is order-free).
+  if (argmax_keys) {
+    if (lane == 0)
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
-#pragma unroll
-    for (int o = 0; o < kOutPerWarp; ++o) {
-      float v = acc[r][o];
-#pragma unroll
-      for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
-      if (lane == 0 && r < mr && o < nw) {
-        float* y = Y + static_cast<int64_t>(m0 + r) * ldy + n0 + o;
-        const float out = accumulate ? *y + v : v;
-        *y = out;
-        if (argmax_keys) atomicMax(argmax_keys + m0 + r, argmax_key(out, n0 + o));
-      }
+      for (int r = 0; r < kRowsPerBlock; ++r) best_w[warp][r] = best[r];
+    __syncthreads();
+    if (threadIdx.x < mr) {
+      unsigned long long b = 0ull;
+      for (int w = 0; w < kWarps; ++w) b = best_w[w][threadIdx.x] > b ? best_w[w][threadIdx.x] : b;
+      if (b) atomicMax(argmax_keys + m0 + threadIdx.x, b);
     }
   }
 }
 
-template <int kMode, bool kVec>
-void launch_one(dim3 grid, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M,
-                bool accumulate, unsigned long long* keys, cudaStream_t stream) {
-  static size_t allowed = 0;  // dynamic shared memory opted in so far for this instance
+template <int kMode, bool kVec, int kEpi>
+void launch_one(int groups, int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y,
+                int64_t ldy, int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu,
+                cudaStream_t stream) {
+  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi>;
+  // Per instance (one device per process): the shared memory opted in so far, and the
+  // resident blocks per SM for each dynamic shared-memory size seen.
+  thread_local size_t allowed = 0;
+  thread_local int sms = 0;
+  thread_local std::vector<std::pair<size_t, int>> occ;
   if (smem > 48 * 1024 && smem > allowed) {
-    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(gemm_rows_kernel<kMode, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
+    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     allowed = smem;
   }
-  gemm_rows_kernel<kMode, kVec><<<grid, kThreads, smem, stream>>>(in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys);
+  if (sms == 0) {
+    int dev = 0;
+    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  int per_sm = 0;
+  for (const auto& [sz, n] : occ)
+    if (sz == smem) per_sm = n;
+  if (per_sm == 0) {
+    DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    per_sm = std::max(per_sm, 1);
+    occ.emplace_back(smem, per_sm);
+  }
+  // One resident wave of blocks per row group, each walking the same number of feature
+  // groups (balanced): a function of the shape, never of the data.
+  const int cap = std::max(1, per_sm * sms / std::max(1, std::min(row_groups, per_sm * sms)));
+  const int per_block = (groups + cap - 1) / cap;
+  const dim3 grid((groups + per_block - 1) / per_block, row_groups);
+  launch_pdl(kernel, grid, dim3(kThreads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
+             ld_silu);
 }
 
-template <int kMode>
+template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-            unsigned long long* keys, cudaStream_t stream) {
-  dim3 grid((N + kOutPerBlock - 1) / kOutPerBlock, (M + kRowsPerBlock - 1) / kRowsPerBlock);
+            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, cudaStream_t stream) {
+  const int groups = (N + kOutPerBlock - 1) / kOutPerBlock, row_groups = (M + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t smem = static_cast<size_t>(std::min(M, kRowsPerBlock)) * ((K + 7) & ~7) * sizeof(bf16);
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
   if (optin == 0) {
@@ -282,8 +371,8 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  if (vec) launch_one<kMode, true>(grid, smem, in, W, N, K, Y, ldy, M, accumulate, keys, stream);
-  else launch_one<kMode, false>(grid, smem, in, W, N, K, Y, ldy, M, accumulate, keys, stream);
+  if (vec) launch_one<kMode, true, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+  else launch_one<kMode, false, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
@@ -293,9 +382,20 @@ void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
                cudaStream_t stream, unsigned long long* argmax_keys) {
   if (M <= 0 || N <= 0) return;
   switch (in.kind) {
-    case GemmInput::Bf16: launch<GemmInput::Bf16>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
-    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
-    case GemmInput::SiluMul: launch<GemmInput::SiluMul>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, stream); break;
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
+    case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
+  }
+}
+
+void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
+                    cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return;
+  if (N % 2 != 0) throw Error("CUDA GEMM: the SwiGLU epilogue needs (gate, up) feature pairs (N even), got N = " + std::to_string(N));
+  switch (in.kind) {
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, stream); break;
+    case GemmInput::SiluMul: throw Error("CUDA GEMM: the SwiGLU epilogue takes BF16 or RMSNorm rows");
   }
 }
 
@@ -342,6 +442,18 @@ void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
                                     CUDA_R_16BF, static_cast<int>(lda), &beta, Y, CUDA_R_32F, static_cast<int>(ldy),
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (argmax_keys) argmax_keys_rows(Y, ldy, M, N, argmax_keys, stream);
+}
+
+void Gemm::run_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
+                    float* gu_scratch, bf16* scratch, cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return;
+  if (invariant_) {
+    gemm_rows_silu(in, W, N, K, act, ld_act, M, stream);
+    return;
+  }
+  if (!gu_scratch) throw Error("CUDA GEMM: the cuBLAS SwiGLU path needs an F32 scratch of M x N");
+  run(in, W, N, K, gu_scratch, N, M, false, scratch, stream);
+  silu_mul_pairs(gu_scratch, M, N / 2, act, ld_act, stream);
 }
 
 }  // namespace dsinfer::cuda

@@ -17,7 +17,10 @@
 //    That order depends on K alone, never on M, on the row group or on the grid, so a row's
 //    output is bit-identical whatever else shares the call: greedy speculation == plain
 //    greedy. At M = 1 it is a streaming GEMV (each weight byte read once, 16-byte loads,
-//    8 in flight per lane).
+//    8 to 16 in flight per lane): a resident grid (one wave, each block walking an equal
+//    share of the feature groups after staging its A rows once), the first weight loads
+//    issued before the A staging and before the PDL wait (cuda_check.h), the next batch
+//    always in flight while the current one is used.
 // argmax_keys (optional): per row, the max over features of a 64-bit key ordering by logit
 // and then by lower feature index (torch.argmax's rule), for a greedy LM head whose logits
 // need not leave the device; the row kernel folds it into its epilogue with atomicMax
@@ -65,6 +68,12 @@ class Gemm {
   // M * K BF16 values, used by the cuBLAS path to materialise A (may be null for Bf16).
   void run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
            bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr);
+  // The gate/up projection with SwiGLU as its epilogue: W's rows are (gate_0, up_0, gate_1,
+  // up_1, ...) (N = 2I, interleaved at upload) and act[m, i] = bf16(silu(gate_i) * up_i)
+  // (row stride ld_act), the same value the SiluMul input computes from [gate | up] rows.
+  // gu_scratch: F32 room for M x N (the cuBLAS path writes the pairs there first).
+  void run_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M, float* gu_scratch,
+                bf16* scratch, cudaStream_t stream);
 
  private:
   bool invariant_;
@@ -75,6 +84,9 @@ class Gemm {
 // The invariant row kernel alone (tests call it directly).
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
                cudaStream_t stream, unsigned long long* argmax_keys = nullptr);
+// The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
+void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
+                    cudaStream_t stream);
 inline int32_t argmax_from_key(unsigned long long key) { return static_cast<int32_t>(0xffffffffu - (key & 0xffffffffu)); }
 inline void gemm_rows(const bf16* X, int64_t ldx, const bf16* W, int N, int K, float* Y, int64_t ldy, int M,
                       bool accumulate, cudaStream_t stream) {

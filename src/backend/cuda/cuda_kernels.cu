@@ -68,6 +68,8 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
                                           const float* __restrict__ cos_t, const float* __restrict__ sin_t,
                                           const int32_t* __restrict__ slot, const int32_t* __restrict__ pos,
                                           float* __restrict__ q_out, KVLayerView kv) {
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int r = blockIdx.x;
@@ -120,6 +122,15 @@ __global__ void silu_mul_kernel(const float* __restrict__ gu, int rows, int I, b
   const int64_t r = i / I, c = i % I;
   const float g = gu[r * 2 * I + c], u = gu[r * 2 * I + I + c];
   act[i] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+}
+
+__global__ void silu_mul_pairs_kernel(const float* __restrict__ gu, int rows, int I, bf16* __restrict__ act,
+                                      int64_t ld_act) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(rows) * I) return;
+  const int64_t r = i / I, c = i % I;
+  const float g = gu[r * 2 * I + 2 * c], u = gu[r * 2 * I + 2 * c + 1];
+  act[r * ld_act + c] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
 }
 
 __global__ void argmax_kernel(const float* __restrict__ logits, int64_t ld, int V, int32_t* __restrict__ ids,
@@ -203,8 +214,8 @@ void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const 
   if (T <= 0) return;
   const int heads_per_block = 4;
   dim3 grid(T, (NH + 2 * NKVH + heads_per_block - 1) / heads_per_block);
-  qk_norm_rope_store_kernel<<<grid, 32 * heads_per_block, 0, stream>>>(qkv, T, NH, NKVH, D, q_norm, k_norm, eps, cos_t,
-                                                                       sin_t, slot, pos, q_out, kv);
+  launch_pdl(qk_norm_rope_store_kernel, grid, dim3(32 * heads_per_block), 0, stream, qkv, T, NH, NKVH, D, q_norm, k_norm,
+             eps, cos_t, sin_t, slot, pos, q_out, kv);
   DSINFER_CUDA_LAUNCHED("qk_norm_rope_store_kernel");
 }
 
@@ -218,6 +229,12 @@ void silu_mul_rows(const float* gu, int rows, int I, bf16* act, cudaStream_t str
   if (rows <= 0) return;
   silu_mul_kernel<<<blocks_for(static_cast<int64_t>(rows) * I, 256), 256, 0, stream>>>(gu, rows, I, act);
   DSINFER_CUDA_LAUNCHED("silu_mul_kernel");
+}
+
+void silu_mul_pairs(const float* gu, int rows, int I, bf16* act, int64_t ld_act, cudaStream_t stream) {
+  if (rows <= 0) return;
+  silu_mul_pairs_kernel<<<blocks_for(static_cast<int64_t>(rows) * I, 256), 256, 0, stream>>>(gu, rows, I, act, ld_act);
+  DSINFER_CUDA_LAUNCHED("silu_mul_pairs_kernel");
 }
 
 void argmax_rows(const float* logits, int rows, int V, int32_t* ids, cudaStream_t stream) {

@@ -54,6 +54,10 @@ void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaSt
 // act[r, i] = bf16(silu(gu[r, i]) * gu[r, I + i]) (gate then up in one [rows, 2I] matrix).
 void silu_mul_rows(const float* gu, int rows, int I, bf16* act, cudaStream_t stream);
 
+// act[r * ld_act + i] = bf16(silu(gu[r, 2i]) * gu[r, 2i + 1]) ((gate, up) pairs interleaved,
+// rows of 2I): the cuBLAS path's SwiGLU after the interleaved gate/up projection.
+void silu_mul_pairs(const float* gu, int rows, int I, bf16* act, int64_t ld_act, cudaStream_t stream);
+
 // ids[r] = argmax of logits[r, :V] (lowest index on ties, as torch.argmax).
 void argmax_rows(const float* logits, int rows, int V, int32_t* ids, cudaStream_t stream);
 // The same argmax as the GEMM's 64-bit keys (cuda_gemm.h): keys[r] = key(max, index).

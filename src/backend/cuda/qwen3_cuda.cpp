@@ -5,10 +5,10 @@
 // its slot, plus the indices of the rows whose logits are wanted. That metadata is the only
 // host-to-device copy (one pinned buffer). On the device: embedding gather -> RoPE tables ->
 // per layer [RMSNorm + one QKV GEMM (q|k|v weights concatenated) -> q/k norm + RoPE, K/V
-// into the cache -> attention over the cache -> o GEMM added into x -> RMSNorm + one
-// gate|up GEMM -> SwiGLU + down GEMM added into x] -> final RMSNorm + LM head over the
-// wanted rows -> (argmax). "+" marks what runs fused in one GEMM launch (cuda_gemm.h):
-// six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
+// into the cache -> attention over the cache -> o GEMM added into x -> RMSNorm +
+// one gate|up GEMM (rows interleaved) + SwiGLU -> down GEMM added into x] -> final RMSNorm +
+// LM head over the wanted rows -> (argmax). "+" marks what runs fused in one GEMM launch
+// (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
 // and captured layer outputs only when asked.
 //
 // CUDA graphs: a call without layer capture and with at most 256 rows is padded to a
@@ -199,8 +199,13 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     upload_rows(upload_rows(upload_rows(L.qkv, w.q), w.k), w.v);
     L.o = weights_.alloc<bf16>(H * NQ);
     upload_rows(L.o, w.o);
+    // gate and up interleaved by row (gate_0, up_0, gate_1, ...): the GEMM's SwiGLU epilogue
+    // takes each feature pair from one warp (Gemm::run_silu).
     L.gu = weights_.alloc<bf16>(2 * I * H);
-    upload_rows(upload_rows(L.gu, w.gate), w.up);
+    DSINFER_CUDA_CHECK(cudaMemcpy2D(L.gu, 2 * H * sizeof(bf16), bf16_ptr(w.gate), H * sizeof(bf16), H * sizeof(bf16), I,
+                                    cudaMemcpyHostToDevice));
+    DSINFER_CUDA_CHECK(cudaMemcpy2D(L.gu + H, 2 * H * sizeof(bf16), bf16_ptr(w.up), H * sizeof(bf16), H * sizeof(bf16), I,
+                                    cudaMemcpyHostToDevice));
     L.down = weights_.alloc<bf16>(H * I);
     upload_rows(L.down, w.down);
     if (cfg.attention_bias) {
@@ -323,6 +328,9 @@ void CudaQwen3Model::enqueue(const CudaKVCache& kv, int T, int n_logits, const s
   };
 
   mark("start");
+  // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host);
+  // zeroed first thing, so the kernels after it chain by programmatic dependent launch.
+  if (n_logits > 0 && with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long) * n_logits, s));
   embed_rows(embed_, H, tok, T, x_, s);
   rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
   capture(-1);
@@ -341,15 +349,13 @@ void CudaQwen3Model::enqueue(const CudaKVCache& kv, int T, int n_logits, const s
     gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s);
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
-    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, gu_, 2 * I, T, false, hb_, s);
-    mark("gemm gate|up (+rmsnorm)");
-    gemm_->run(GemmInput::silu_mul_rows(gu_, 2 * I), W.down, H, I, x_, H, T, true, act_, s);
-    mark("gemm down (+swiglu, += x)");
+    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s);
+    mark("gemm gate|up (+rmsnorm, swiglu)");
+    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s);
+    mark("gemm down (+= x)");
     capture(l);
   }
   if (n_logits > 0) {
-    // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host).
-    if (with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long) * n_logits, s));
     gemm_->run(GemmInput::rmsnorm_rows(x_, H, final_norm_, eps, lrows), head_, V, H, logits_, V, n_logits, false, hf_,
                s, with_argmax ? keys_ : nullptr);
     mark("lm head (+rmsnorm, argmax)");
