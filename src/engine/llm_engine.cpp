@@ -19,6 +19,11 @@
 
 namespace dsinfer {
 
+namespace {
+// Weight of a new drafting step in a request's smoothed gain estimate (choose_drafting).
+constexpr double kGainSmoothing = 0.3;
+}  // namespace
+
 struct LLMEngine::Sequence {
   uint64_t id = 0;
   EngineRequest req;
@@ -40,10 +45,12 @@ struct LLMEngine::Sequence {
   std::unique_ptr<OutputStream> out;
   SpecStats spec;
   bool finished = false;
-  // Drafting decision (DSpark policy): expected extra commits Σ a_j and verified drafts of
-  // the last step that drafted; steps skipped since.
+  // Drafting decision (DSpark policy): expected extra commits Σ a_j and verified drafts per
+  // drafting step, smoothed over this request's drafting steps; steps skipped since.
   double last_gain = 1e30;  // unknown: the population's estimate (or, before any, draft)
-  int last_len = 0, skipped = 0;
+  double last_len = 0;
+  int skipped = 0;
+  int gain_steps = 0;  // drafting steps behind last_gain
   SpecHealth health;       // self-healing fallback and dynamic window (EngineOptions::health)
   int window_applied = 0;  // the drafter window last set on `draft`
   // This step's work and output.
@@ -313,6 +320,11 @@ void LLMEngine::admit() {
       // The drafter still gets the whole context: the cached positions' captured target
       // rows come from the feature store, written when those blocks were computed.
       s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
+      if (s.pending_hidden.capacity() == 0 && !spare_hidden_.empty()) {
+        s.pending_hidden = std::move(spare_hidden_.back());
+        spare_hidden_.pop_back();
+      }
+      s.pending_hidden.reserve((s.req.prompt.size() + static_cast<size_t>(s.req.stop.max_tokens)) * static_cast<size_t>(feat_));
       s.pending_hidden.resize(static_cast<size_t>(ar.cached_tokens) * static_cast<size_t>(feat_));
       const std::span<const int32_t> blocks = s.table.blocks();
       for (int p = 0; p < ar.cached_tokens && feat_; ++p)
@@ -529,19 +541,44 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // engine's time. Before anything was measured, up to kFirstProbes requests draft.
   constexpr double kProbeShare = 0.03;
   constexpr int kFirstProbes = 4;
+  constexpr double kStaleDecay = 0.8;
+  constexpr double kExplore = 1.0;  // tokens
   int first_probes = 0;
   if (!is_dspark_policy(opts_.policy) || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
   ++choice_clock_;
   const int R = static_cast<int>(dec.size());
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  // At this load, could one request's drafts pay even if every draft were accepted? If not
+  // (a large batch: the step is compute-bound and a drafter pass costs more than a full
+  // block brings), nobody drafts and nobody probes: probes, and the drafter context rows
+  // they flush, are then pure cost, which kept dspark 5-15 % behind plain decoding at
+  // concurrency 16-64.
+  if (!((R + max_drafts_) / (opts_.draft_ms_per_request + t_verify(R + max_drafts_)) > R / t_verify(R))) {
+    for (Sequence* s : dec) ++s->skipped;
+    return std::vector<bool>(dec.size(), false);
+  }
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
   std::vector<int> order;
   for (int i = 0; i < R; ++i) {
     const Sequence* s = dec[static_cast<size_t>(i)];
     if (s->last_gain < 1e29) {
-      est[static_cast<size_t>(i)] = s->last_gain;
-      est_len[static_cast<size_t>(i)] = s->last_len;
+      // A request's own estimate goes stale while it is left out: it regresses to the
+      // population's at kStaleDecay per skipped step. One unlucky step (a line start, a
+      // rare token) no longer keeps a request from drafting until a paced re-probe, tens
+      // of steps later, which at concurrency 1 was most of a generation.
+      // The request's own estimate carries an exploration bonus kExplore / sqrt(its drafting
+      // steps): a gain judged on one or two blocks (a line start, a rare token) is mostly
+      // noise, and at low concurrency a request wrongly left out loses speculation for a
+      // whole re-probe gap. The bonus fades with every drafting step, so drafting that does
+      // not pay stops after a few; requests never measured get the population's estimate
+      // without a bonus (a bonus there kept requests at concurrency 4 probing drafts that
+      // could not pay).
+      const double own = s->last_gain + kExplore / std::sqrt(static_cast<double>(s->gain_steps));
+      const double keep = pop_measured_ > 0 ? std::pow(kStaleDecay, s->skipped) : 1.0;
+      est[static_cast<size_t>(i)] = pop_gain_ + keep * (own - pop_gain_);
+      est_len[static_cast<size_t>(i)] =
+          static_cast<int>(std::lround(pop_len_ + keep * (s->last_len - pop_len_)));
     } else if (pop_measured_ > 0) {
       est[static_cast<size_t>(i)] = pop_gain_;
       est_len[static_cast<size_t>(i)] = static_cast<int>(std::lround(pop_len_));
@@ -631,6 +668,14 @@ bool LLMEngine::step() {
   ++step_clock_;
   take_inbox();
   auto drop_finished = [&](std::vector<std::unique_ptr<Sequence>>& v) {
+    // A finished request's captured-row buffer (megabytes for a long context) goes to the
+    // next request: fresh heap pages cost a fault and zeroing each (in a VM that was 10 % of
+    // an engine step at concurrency 64 in dspark mode, even with nobody drafting).
+    for (const auto& s : v)
+      if (s->finished && s->pending_hidden.capacity() > 0 && spare_hidden_.size() < static_cast<size_t>(opts_.max_running)) {
+        s->pending_hidden.clear();
+        spare_hidden_.push_back(std::move(s->pending_hidden));
+      }
     v.erase(std::remove_if(v.begin(), v.end(), [](const auto& s) { return s->finished; }), v.end());
   };
   drop_finished(waiting_);
@@ -795,8 +840,17 @@ bool LLMEngine::step() {
       // What drafting this request bought this step: expected extra commits and verify rows.
       double g = 0;
       for (size_t j = 0; j < n && j < survivals[r].size(); ++j) g += survivals[r][j];
-      ver[r]->last_gain = g;
-      ver[r]->last_len = static_cast<int>(n);
+      // Smoothed over the request's drafting steps: a step's survivals say little about the
+      // next one (each block starts somewhere else in the text).
+      Sequence& q = *ver[r];
+      if (q.last_gain > 1e29) {
+        q.last_gain = g;
+        q.last_len = static_cast<double>(n);
+      } else {
+        q.last_gain += kGainSmoothing * (g - q.last_gain);
+        q.last_len += kGainSmoothing * (static_cast<double>(n) - q.last_len);
+      }
+      ++q.gain_steps;
       // The population's running mean (the estimate of requests not measured yet).
       const double w = pop_measured_ == 0 ? 1.0 : 0.05;
       pop_gain_ += w * (g - pop_gain_);
@@ -814,7 +868,10 @@ bool LLMEngine::step() {
 
   // 4. One batch: verify blocks first (running requests keep their pace), then prefill
   // chunks in admission order within the remaining token budget.
-  ForwardBatch batch;
+  // Step buffers are members: their capacity (a prefill chunk's captured rows are
+  // megabytes) carries over, instead of fresh heap pages faulted in and zeroed every step.
+  ForwardBatch& batch = step_batch_;
+  batch.entries.clear();
   batch.capture_layers = capture_;
   std::vector<Sequence*> entry_seq;
   int budget = opts_.max_batch_tokens;
@@ -863,7 +920,7 @@ bool LLMEngine::step() {
   // 5. One forward.
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
   const auto forward_start = std::chrono::steady_clock::now();
-  ForwardOutput out;
+  ForwardOutput& out = step_out_;
   if (!batch.entries.empty()) {
     try {
       model_.forward(*kv_, batch, out);

@@ -290,6 +290,10 @@ class LLMEngine {
   // Drafter features (captured target rows) per cached position, [block][block_size][feat_],
   // so a prefix served from the cache still gives the drafter its context rows.
   std::unique_ptr<float[]> features_;
+  // Captured-row buffers of finished requests, reused by new ones (see step()).
+  std::vector<std::vector<float>> spare_hidden_;
+  ForwardBatch step_batch_;  // step()'s forward, reused
+  ForwardOutput step_out_;
   int max_seq_tokens_ = 0;             // positions one request may hold (+ a verify block)
   bool defrag_due_ = false;            // something ran since the last idle compaction
   uint64_t step_clock_ = 0;            // step() calls so far (waiting-time unit of the scheduler)

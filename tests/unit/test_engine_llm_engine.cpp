@@ -325,6 +325,39 @@ TEST(LLMEngine, AsyncPrefetchNeedsADrafter) {
   EXPECT_FALSE(e.runtime_config().async_prefetch);
 }
 
+TEST(LLMEngine, DSparkDraftingChoiceKeepsDraftingThroughAnUnluckyStep) {
+  // One request alone, drafting that pays on average (drafter pass = half a step, verify
+  // rows nearly free): a step whose drafts look poor must not stop the request from
+  // drafting until a paced re-probe tens of steps later (the per-request estimate is
+  // smoothed and regresses to the population's while the request is left out).
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  const SpsTable sps = linear_sps(1.0, 0.05);
+  EngineOptions o = dspark_options();
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 1.0;
+  for (size_t c : {size_t{0}, size_t{3}, size_t{5}}) {
+    LLMEngine engine(*f.model, o);
+    EngineRequest req;
+    req.prompt = f.cases[c].prompt;
+    req.stop.max_tokens = 240;
+    std::vector<int32_t> got;
+    req.on_event = [&](const RequestEvent& ev) { got.insert(got.end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    engine.submit(std::move(req));
+    engine.run_until_idle();
+    StopConditions stop;
+    stop.max_tokens = 240;
+    EXPECT_EQ(got, generate(*f.model, nullptr, f.cases[c].prompt, SamplingParams{}, stop).ids) << "case " << c;
+    const EngineStats st = engine.stats();
+    const uint64_t block = static_cast<uint64_t>(f.dspark->info().max_draft_tokens);
+    // Every verify entry drafted a full block but for a few steps' worth (blocks cut short
+    // near max_tokens, a rare step left out); a re-probe gap alone would be ~20 steps.
+    EXPECT_GE(st.drafted_tokens + 4 * block, block * st.verify_entries)
+        << "case " << c << ": " << st.drafted_tokens << " drafts over " << st.verify_entries << " steps";
+  }
+}
+
 TEST(LLMEngine, DSparkDraftingChoiceStopsPayingForDraftsThatDoNotPay) {
   // choose_drafting: when a drafter pass costs far more than any draft can bring, only the
   // first kFirstProbes (4) requests draft (to measure), later ones take the population's
