@@ -8,7 +8,9 @@
 #   scripts/device_tree.sh give   - put them back in the index, drop the exclude lines and
 #                                   release the lock
 # Nothing is committed. While taken, commit only with explicit paths (git commit -- PATHS)
-# and never commit models/embedded. DRAFTERS="dspark" (say) keeps that drafter tracked.
+# and never commit models/embedded. DRAFTERS="dspark" (say) keeps that drafter tracked;
+# EXTRA="tests/data/tokenizer_goldens tools/train/prompts.npz" (say) takes more paths out
+# (a call that keeps a drafter must shed ~5 MB elsewhere).
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)"
 LOCK=/tmp/dsinfer-device.lock
@@ -21,6 +23,11 @@ case "${1:-}" in
   take)
     until mkdir "$LOCK" 2>/dev/null; do echo "device lock held by: $(cat "$LOCK/owner" 2>/dev/null)"; sleep 20; done
     echo "${OWNER:-$$} since $(date -u +%T)" > "$LOCK/owner"
+    echo "${EXTRA:-}" > "$LOCK/extra"
+    for p in ${EXTRA:-}; do
+      git rm -r -q --cached --ignore-unmatch "$p"
+      grep -qx "/$p" "$EXCLUDE" || echo "/$p" >> "$EXCLUDE"
+    done
     for d in $ALL; do
       [[ "$KEEP" == *" $d "* ]] && continue
       git rm -r -q --cached --ignore-unmatch "models/embedded/$d"
@@ -32,6 +39,11 @@ case "${1:-}" in
     git reset -q -- models/embedded
     grep -v -x -E "/models/embedded/(dflash|dspark|dflash-zlab)/" "$EXCLUDE" > "$EXCLUDE.tmp" || true
     mv "$EXCLUDE.tmp" "$EXCLUDE"
+    for p in $(cat "$LOCK/extra" 2>/dev/null); do
+      git reset -q -- "$p"
+      grep -v -x -F "/$p" "$EXCLUDE" > "$EXCLUDE.tmp" || true
+      mv "$EXCLUDE.tmp" "$EXCLUDE"
+    done
     rm -rf "$LOCK"
     git status --short models/embedded | head -5
     ;;
