@@ -574,7 +574,9 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
       // not pay stops after a few; requests never measured get the population's estimate
       // without a bonus (a bonus there kept requests at concurrency 4 probing drafts that
       // could not pay).
-      const double own = s->last_gain + kExplore / std::sqrt(static_cast<double>(s->gain_steps));
+      // The bonus also shrinks with the batch: alone, a request wrongly left out loses all of
+      // its speculation; among R it is 1/R of the step, and drafting it costs the others.
+      const double own = s->last_gain + kExplore / (R * std::sqrt(static_cast<double>(s->gain_steps)));
       const double keep = pop_measured_ > 0 ? std::pow(kStaleDecay, s->skipped) : 1.0;
       est[static_cast<size_t>(i)] = pop_gain_ + keep * (own - pop_gain_);
       est_len[static_cast<size_t>(i)] =
