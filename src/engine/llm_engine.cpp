@@ -316,7 +316,6 @@ void LLMEngine::admit() {
     }
     if (opts_.drafter) {
       s.draft = opts_.drafter->start();
-      opts_.drafter->reserve(*s.draft, static_cast<int>(s.req.prompt.size()) + s.req.stop.max_tokens);
       // The drafter still gets the whole context: the cached positions' captured target
       // rows come from the feature store, written when those blocks were computed.
       s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
@@ -730,6 +729,10 @@ bool LLMEngine::step() {
       opts_.drafter->set_window(*s.draft, window);
       s.window_applied = window;
     }
+    // Sized once, at its first drafter pass (not at admission: under load most requests
+    // never draft, and their drafter state would be fresh pages for nothing).
+    if (s.draft->context_length() == 0)
+      opts_.drafter->reserve(*s.draft, static_cast<int>(s.req.prompt.size()) + s.req.stop.max_tokens);
     if (!s.pending_tokens.empty())
       j.commits.push_back({s.draft.get(), s.pending_tokens.data(), feat_ ? s.pending_hidden.data() : nullptr,
                            static_cast<int>(s.pending_tokens.size())});
