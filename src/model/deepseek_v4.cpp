@@ -69,6 +69,7 @@ class DeepseekV4Model final : public Model {
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
   const DeepseekV4Config& v4() const { return cfg_; }
+  const V4TensorIndex& index() const { return *index_; }
   uint64_t weight_bytes() const { return w_.matrix_bytes; }
 
  private:
@@ -250,6 +251,11 @@ std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOption
 const DeepseekV4Config* deepseek_v4_config(const Model& m) {
   const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
   return v ? &v->v4() : nullptr;
+}
+
+const V4TensorIndex* deepseek_v4_index(const Model& m) {
+  const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
+  return v ? &v->index() : nullptr;
 }
 
 void deepseek_v4_plan_drafter(const Model& target, const std::string& what, uint64_t drafter_bytes,

@@ -20,10 +20,16 @@
 
 namespace dsinfer {
 
+class V4TensorIndex;
+
 std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOptions& opts);
 
 // The parsed V4 configuration of a model built by load_deepseek_v4 (nullptr otherwise).
 const DeepseekV4Config* deepseek_v4_config(const Model& m);
+// The tensor index the model loaded its weights from (nullptr for a model that is not V4):
+// the DSpark drafter stored in the same checkpoint reads its mtp.* tensors through it
+// rather than opening (and holding) the checkpoint a second time.
+const V4TensorIndex* deepseek_v4_index(const Model& m);
 // Bytes of the target's weights as held in memory (0 for a model that is not V4): the
 // DSpark drafter adds its own to this for its memory check.
 uint64_t deepseek_v4_weight_bytes(const Model& m);

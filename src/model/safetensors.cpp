@@ -135,16 +135,16 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
   return h;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+SafetensorsFile::SafetensorsFile(const std::string& path, MappedFile::Placement placement) : file_(path, placement) {
   header_ = parse_safetensors_header(file_.data(), file_.size(), path);
 }
 
-std::unique_ptr<SafetensorsSet> SafetensorsSet::open_dir(const std::string& dir) {
+std::unique_ptr<SafetensorsSet> SafetensorsSet::open_dir(const std::string& dir, MappedFile::Placement placement) {
   auto set = std::make_unique<SafetensorsSet>();
   const std::string single = dir + "/model.safetensors";
   const std::string index = dir + "/model.safetensors.index.json";
   auto add_file = [&](const std::string& path) -> SafetensorsFile* {
-    set->files_.push_back(std::make_unique<SafetensorsFile>(path));
+    set->files_.push_back(std::make_unique<SafetensorsFile>(path, placement));
     SafetensorsFile* f = set->files_.back().get();
     for (const auto& t : f->header().tensors) {
       auto [it, fresh] = set->by_name_.emplace(t.name, TensorLocation{f, &t});

@@ -49,7 +49,7 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* data, size_t size, con
 // One mapped safetensors file with its validated tensor table.
 class SafetensorsFile {
  public:
-  explicit SafetensorsFile(const std::string& path);
+  explicit SafetensorsFile(const std::string& path, MappedFile::Placement placement = MappedFile::Placement::Auto);
   const std::string& path() const { return file_.path(); }
   const SafetensorsHeader& header() const { return header_; }
   const uint8_t* tensor_data(const SafetensorsTensor& t) const { return file_.data() + t.begin; }
@@ -71,7 +71,9 @@ struct TensorLocation {
 // appears in two shards.
 class SafetensorsSet {
  public:
-  static std::unique_ptr<SafetensorsSet> open_dir(const std::string& model_dir);
+  // placement: how every shard is held (MappedFile; Auto copies shards that fit to huge pages).
+  static std::unique_ptr<SafetensorsSet> open_dir(const std::string& model_dir,
+                                                  MappedFile::Placement placement = MappedFile::Placement::Auto);
   const TensorLocation* find(const std::string& name) const;
   const std::map<std::string, TensorLocation>& tensors() const { return by_name_; }
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }

@@ -43,11 +43,12 @@ float load_as_f32(const uint8_t* data, DType dt, int64_t i) {
   }
 }
 
-WeightStore::WeightStore(const std::string& model_dir, const std::string& weight_dtype)
+WeightStore::WeightStore(const std::string& model_dir, const std::string& weight_dtype,
+                         MappedFile::Placement placement)
     : dir_(model_dir), weight_dtype_(weight_dtype) {
   if (weight_dtype != "auto" && weight_dtype != "f32" && weight_dtype != "bf16")
     throw Error("weight dtype option '" + weight_dtype + "': expected auto, f32 or bf16");
-  set_ = SafetensorsSet::open_dir(model_dir);
+  set_ = SafetensorsSet::open_dir(model_dir, placement);
 }
 
 WeightInfo WeightStore::require(const std::string& name, const std::vector<DType>& dtypes,

@@ -33,7 +33,10 @@ class WeightStore {
  public:
   // weight_dtype: "auto" (F16 → F32, others as stored), "f32" (everything → F32),
   // "bf16" (F32/F16 → BF16). Anything else throws naming the option.
-  WeightStore(const std::string& model_dir, const std::string& weight_dtype);
+  // placement: how the files are held (MappedFile); a store that reads a few small tensors
+  // of a large checkpoint another store already holds maps them (Mmap) instead of copying.
+  WeightStore(const std::string& model_dir, const std::string& weight_dtype,
+              MappedFile::Placement placement = MappedFile::Placement::Auto);
 
   bool has(const std::string& name) const { return set_->find(name) != nullptr; }
   // The raw tensor after checking that it exists, its dtype is one of `dtypes` and its

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -70,7 +71,7 @@ class V4DSparkDrafter final : public Drafter {
   const Model& target_;
   DeepseekV4Config c_;
   DrafterInfo info_;
-  std::unique_ptr<V4TensorIndex> index_;
+  std::unique_ptr<V4TensorIndex> own_index_;  // only for a drafter directory other than the target's
   std::deque<std::vector<uint8_t>> owned_;
   std::vector<V4LayerWeights> stages_;
   V4Linear main_proj_, hc_head_fn_;
@@ -82,34 +83,43 @@ class V4DSparkDrafter final : public Drafter {
 
 V4DSparkDrafter::V4DSparkDrafter(const std::string& dir, const Model& target, const V4DSparkConfig& dc)
     : target_(target), c_(*deepseek_v4_config(target)) {
-  index_ = std::make_unique<V4TensorIndex>(dir);
+  // The stages usually live in the target's own checkpoint: read them through the target's
+  // index (its files are already held, possibly as a resident copy) instead of opening and
+  // copying the whole checkpoint again.
+  const V4TensorIndex* shared = deepseek_v4_index(target);
+  std::error_code ec;
+  if (!shared || !std::filesystem::equivalent(shared->dir(), dir, ec)) {
+    own_index_ = std::make_unique<V4TensorIndex>(dir);
+    shared = own_index_.get();
+  }
+  const V4TensorIndex& ix = *shared;
   int S = 0;
-  while (index_->find("mtp." + std::to_string(S) + ".input_layernorm.weight")) ++S;
+  while (ix.find("mtp." + std::to_string(S) + ".input_layernorm.weight")) ++S;
   if (S == 0)
-    throw Error(index_->where() + ": no DSpark drafter tensors (tensor 'mtp.0.attn_norm.weight' not found; this "
+    throw Error(ix.where() + ": no DSpark drafter tensors (tensor 'mtp.0.input_layernorm.weight' / 'mtp.0.attn_norm.weight' not found; this "
                 "DeepSeek-V4 checkpoint has no mtp.* stages)");
   const int64_t D = c_.hidden, nhc = c_.hc_mult, m = static_cast<int64_t>(dc.target_layer_ids.size());
   uint64_t bytes = 0, expert_bytes = 0;
-  main_proj_ = load_v4_linear(*index_, "mtp.0.main_proj.weight", D, m * D, owned_);
+  main_proj_ = load_v4_linear(ix, "mtp.0.main_proj.weight", D, m * D, owned_);
   bytes += main_proj_.bytes();
-  main_norm_ = load_v4_floats(*index_, "mtp.0.main_norm.weight", {D});
+  main_norm_ = load_v4_floats(ix, "mtp.0.main_norm.weight", {D});
   for (int s = 0; s < S; ++s)
-    stages_.push_back(load_v4_block(*index_, c_, "mtp." + std::to_string(s) + ".", V4Attn::Sliding, 0, false, owned_,
+    stages_.push_back(load_v4_block(ix, c_, "mtp." + std::to_string(s) + ".", V4Attn::Sliding, 0, false, owned_,
                                     bytes, expert_bytes));
   const std::string last = "mtp." + std::to_string(S - 1) + ".";
-  norm_ = load_v4_floats(*index_, last + "norm.weight", {D});
-  hc_head_fn_ = load_v4_linear(*index_, last + "hc_head.hc_fn", nhc, nhc * D, owned_);
+  norm_ = load_v4_floats(ix, last + "norm.weight", {D});
+  hc_head_fn_ = load_v4_linear(ix, last + "hc_head.hc_fn", nhc, nhc * D, owned_);
   bytes += hc_head_fn_.bytes();
-  hc_head_base_ = load_v4_floats(*index_, last + "hc_head.hc_base", {nhc});
-  hc_head_scale_ = load_v4_floats(*index_, last + "hc_head.hc_scale", {1});
+  hc_head_base_ = load_v4_floats(ix, last + "hc_head.hc_base", {nhc});
+  hc_head_scale_ = load_v4_floats(ix, last + "hc_head.hc_scale", {1});
   rope_inv_ = compute_rope_params(c_.rope_main, c_.rope_dim, c_.max_pos).inv_freq;
 
   // Heads: stored under their DeepSpec names after the last stage's prefix.
-  store_ = std::make_unique<WeightStore>(dir, "auto");
+  store_ = std::make_unique<WeightStore>(dir, "auto", MappedFile::Placement::Mmap);  // a few small tensors
   if (dc.markov_rank > 0)
     markov_ = std::make_unique<MarkovHead>(*store_, MarkovHead::Type::Vanilla, c_.vocab, dc.markov_rank,
                                            static_cast<int>(D), last);
-  if (const TensorLocation* cl = index_->find(last + "confidence_head.proj.weight")) {
+  if (const TensorLocation* cl = ix.find(last + "confidence_head.proj.weight")) {
     // [1, D + r] when trained with the Markov feature, [1, D] without: read off the shape.
     const auto& shp = cl->tensor->shape;
     const bool with_markov = dc.markov_rank > 0 && shp.size() == 2 && shp[1] == D + dc.markov_rank;
