@@ -547,14 +547,18 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   ++choice_clock_;
   const int R = static_cast<int>(dec.size());
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  // Every return goes through here: steps left out count towards staleness and probe order.
+  auto settle = [&](std::vector<bool> choice) {
+    for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
+    return choice;
+  };
   // At this load, could one request's drafts pay even if every draft were accepted? If not
   // (a large batch: the step is compute-bound and a drafter pass costs more than a full
   // block brings), nobody drafts and nobody probes: probes, and the drafter context rows
   // they flush, are then pure cost, which kept dspark 5-15 % behind plain decoding at
   // concurrency 16-64.
   if (!((R + max_drafts_) / (opts_.draft_ms_per_request + t_verify(R + max_drafts_)) > R / t_verify(R))) {
-    for (Sequence* s : dec) ++s->skipped;
-    return std::vector<bool>(dec.size(), false);
+    return settle(std::vector<bool>(dec.size(), false));
   }
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
@@ -616,11 +620,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     yes[pick] = true;
     last_probe_ = choice_clock_;
   }
-  for (int i = 0; i < R; ++i) {
-    Sequence* s = dec[static_cast<size_t>(i)];
-    s->skipped = yes[static_cast<size_t>(i)] ? 0 : s->skipped + 1;
-  }
-  return yes;
+  return settle(std::move(yes));
 }
 
 struct LLMEngine::DraftJob {
