@@ -86,27 +86,34 @@ std::string one_line_parse_error(const CLI::ParseError& e, bool at_root, int arg
 // prefill took 150 ms instead of 70 (AMD EPYC VM, 2026-12-02). glibc (>= 2.35) puts its heap
 // on huge pages with the tunable glibc.malloc.hugetlb=1, read only at process start, so the
 // process re-executes itself once with it (same pid, same arguments). Skipped when the user
-// set that tunable, when THP is off, and with DSINFER_HEAP_THP=0 (e.g. under a debugger).
-void reexec_with_huge_page_heap(char** argv) {
+// set that tunable, when THP is off, and with DSINFER_HEAP_THP=0 (e.g. under a debugger);
+// any value but 0 or 1 is refused by name.
+// Returns false (after printing the one-line error) for a DSINFER_HEAP_THP other than 0/1.
+bool reexec_with_huge_page_heap(char** argv) {
   const char* opt = std::getenv("DSINFER_HEAP_THP");
-  if (opt && std::strcmp(opt, "0") == 0) return;
-  if (std::getenv("DSINFER_HEAP_THP_DONE")) return;  // this is the re-executed process
+  if (opt && std::strcmp(opt, "0") != 0 && std::strcmp(opt, "1") != 0) {
+    std::fprintf(stderr, "dsinfer: error: DSINFER_HEAP_THP must be 0 or 1, not '%s'\n", opt);
+    return false;
+  }
+  if (opt && std::strcmp(opt, "0") == 0) return true;
+  if (std::getenv("DSINFER_HEAP_THP_DONE")) return true;  // this is the re-executed process
   const char* tun = std::getenv("GLIBC_TUNABLES");
-  if (tun && std::strstr(tun, "glibc.malloc.hugetlb")) return;
+  if (tun && std::strstr(tun, "glibc.malloc.hugetlb")) return true;
   std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string mode((std::istreambuf_iterator<char>(thp)), std::istreambuf_iterator<char>());
-  if (mode.empty() || mode.find("[never]") != std::string::npos) return;
+  if (mode.empty() || mode.find("[never]") != std::string::npos) return true;
   const std::string value = tun && *tun ? std::string(tun) + ":glibc.malloc.hugetlb=1" : "glibc.malloc.hugetlb=1";
   setenv("GLIBC_TUNABLES", value.c_str(), 1);
   setenv("DSINFER_HEAP_THP_DONE", "1", 1);
   execv("/proc/self/exe", argv);
   unsetenv("DSINFER_HEAP_THP_DONE");  // exec failed: carry on with 4 KB pages
+  return true;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  reexec_with_huge_page_heap(argv);
+  if (!reexec_with_huge_page_heap(argv)) return 1;
   // Per-step buffers (logits of a verify block, draft logits, activations) are a few hundred
   // KB. glibc serves such blocks with fresh mmap()s by default, so every decode step paid
   // page faults + zeroing for them (~12% of a speculative round on the embedded models,

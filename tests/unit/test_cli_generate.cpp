@@ -162,3 +162,21 @@ TEST(CliGenerate, BadFlagsExitNonZero) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--no-think"), std::string::npos) << r.err;
 }
+
+// DSINFER_HEAP_THP (main.cpp: the huge-page heap re-exec) takes 0 or 1; anything else is one
+// line naming it and exit 1, before any command runs. Both accepted values still run.
+TEST(CliGenerate, HeapThpKnobTakesOnlyZeroOrOne) {
+  const std::vector<std::string> args = {"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt-ids", "1,2",
+                                         "--max-tokens", "2"};
+  setenv("DSINFER_HEAP_THP", "yes", 1);
+  const auto bad = run_dsinfer(args);
+  unsetenv("DSINFER_HEAP_THP");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_EQ(bad.err, "dsinfer: error: DSINFER_HEAP_THP must be 0 or 1, not 'yes'\n");
+  for (const char* v : {"0", "1"}) {
+    setenv("DSINFER_HEAP_THP", v, 1);
+    const auto ok = run_dsinfer(args);
+    unsetenv("DSINFER_HEAP_THP");
+    EXPECT_EQ(ok.exit_code, 0) << v << ": " << ok.err;
+  }
+}
