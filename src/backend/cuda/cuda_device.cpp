@@ -69,6 +69,8 @@ bool pdl_enabled() {
   static const bool on = [] {
     // Opt-in: measured slower than plain stream order on the H200 (docs/PERFORMANCE.md).
     const char* e = std::getenv("DSINFER_CUDA_PDL");
+    if (e && std::string(e) != "0" && std::string(e) != "1")
+      throw Error(std::string("DSINFER_CUDA_PDL must be 0 or 1, not '") + e + "'");
     if (!e || std::string(e) != "1") return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
