@@ -111,7 +111,7 @@ void matmul_args(benchmark::internal::Benchmark* b) {
           for (int64_t m : {1, 2, 4, 8, 16, 64}) b->Args({rows, 1024, m, thr, cold, prec});
       // The embedded 12M target (H = 320, I = 896, V = 8192): cache-hot, verify-block sizes.
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{896, 320}, {320, 896}, {8192, 320}})
-        for (int64_t m : {1, 8, 9, 64}) b->Args({rows, cols, m, thr, 0, prec});
+        for (int64_t m : {1, 5, 6, 7, 8, 9, 64}) b->Args({rows, cols, m, thr, 0, prec});
     }
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime()

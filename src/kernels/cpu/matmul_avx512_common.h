@@ -143,8 +143,9 @@ __attribute__((noinline)) void bf16_rows_impl(const uint16_t* xb, int64_t ldx, i
     return;
   }
   // m == 6 (a 5-draft verify block, the most common one) runs 6 x 4 tiles: 24 accumulators,
-  // every W load shared by six rows. 8192x320: 96 us against 110 us as 5 + 1 (cost of
-  // m = 5: 84 us; m = 7 as 4 + 3 and m = 8 as 4 + 4 measured no better than 5 + 2, 5 + 3).
+  // every W load shared by six rows. bench_matmul (1 thread, hot), 8192x320: 103 us against
+  // 136 us as 5 + 1 (m = 5: 91 us); m = 7 as 4 + 3 and m = 8 as 4 + 4 timed no better than
+  // 5 + 2 and 5 + 3 in a standalone loop, so those stay.
   // Both shapes below were measured with the native vdpbf16ps kernel (kR = kC = 5) only.
   constexpr bool kNativeShape = kR == 5 && kC == 5;
   if (kNativeShape && m == 6) {
@@ -157,9 +158,9 @@ __attribute__((noinline)) void bf16_rows_impl(const uint16_t* xb, int64_t ldx, i
   // A lone remainder row shares no W load with another row and runs at about a third of a
   // full tile's rate (m = 6 as 5 + 1 cost 35 % more than m = 5 on Zen 5, the verify rows of a
   // typical speculative round): with at least one full tile before it, the last kR + 1 rows
-  // run as two tiles of about half instead (11 = 5 + 3 + 3; measured on 6 = 3 + 3: 8192x320
-  // 110 -> 105 us, before the 6 x 4 tile). Per-row bits do not depend on the tile a
-  // row sits in.
+  // run as two tiles of about half instead (11 = 5 + 3 + 3; timed on 6 = 3 + 3 before the
+  // 6 x 4 tile: about 5 % faster than 5 + 1). Per-row bits do not depend on the tile a row
+  // sits in.
   constexpr int kSplitA = (kR + 1) / 2, kSplitB = kR + 1 - kSplitA;
   const bool split = kNativeShape && m > kR && m % kR == 1;
   const int64_t full_end = split ? m - kR - 1 : m - m % kR;
