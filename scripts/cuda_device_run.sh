@@ -17,6 +17,8 @@
 # ENGINE_CONCURRENCY (default 1,8,32,128,256) x ENGINE_ACCEPT (default 0.8; a list runs one
 # grid per rate), ENGINE_TOKENS new tokens per request (default 64), ENGINE_PROMPT prompt
 # tokens (default 64; 256 distinct random prompts); JSON per rate in $OUT/engine_*.json.
+# ENGINE_CURVE (e.g. "0.5 0.7 0.9"): then none and dspark at concurrency 1 per rate (the
+# tau-driven speedup at batch 1), $OUT/curve_*.json.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -98,6 +100,12 @@ for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ 
       --policies ${ENGINE_POLICIES:-none,dspark} --concurrency ${ENGINE_CONCURRENCY:-1,8,32,128,256} \
       --synthetic-acceptance-rate $p ${ENGINE_ARGS:-} --json > "$OUT/engine_$p.json" 2> "$OUT/engine_$p.err"
     echo "== bench-engine, synthetic acceptance $p (rc $?)"; grep -E "bench-engine|C=" "$OUT/engine_$p.err" | tail -20
+  done
+  for p in ${ENGINE_CURVE:-}; do
+    timeout 120 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --draft-model-path /tmp/q4b-dspark --device cuda \
+      --prompts /tmp/q4b_prompts.jsonl --prompt-tokens ${ENGINE_PROMPT:-64} --max-tokens ${ENGINE_TOKENS:-64} --rounds-per-slot 1 \
+      --policies none,dspark --concurrency 1 --synthetic-acceptance-rate $p ${ENGINE_ARGS:-} --json > "$OUT/curve_$p.json" 2> "$OUT/curve_$p.err"
+    echo "== batch 1, synthetic acceptance $p (rc $?)"; grep -E "C=" "$OUT/curve_$p.err" | tail -2
   done
 fi
 if [[ " $STEPS " == *" hf "* ]]; then

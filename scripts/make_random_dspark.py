@@ -11,7 +11,10 @@ drafter copies them (hidden_size and vocab_size must match the target, drafter_l
 checks), picks target_layer_ids spread over the target's layers, and writes config.json and
 one model.safetensors of BF16 tensors. Matrices are tiles of one seeded pool of N(0, 0.02)
 values (each tensor from its own offset), norms are ones: cheap to write at 4B size, and the
-drafter's cost per pass (what the benchmark measures) does not depend on the values.
+drafter's cost per pass (what the benchmark measures) does not depend on the values. The
+embedding and LM head are byte copies of the target's (its embedding for a tied LM head),
+as in DeepSpec training (frozen copies): dsinfer's drafter then shares the target's, and with
+the target on the GPU runs its LM head there (spec/deepspec_drafter.h).
 Python standard library only.
 """
 import argparse
@@ -76,6 +79,22 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=1)
 
+    # The target's embedding bytes (BF16), from model.safetensors or the shard the index names.
+    def target_tensor(name):
+        index = os.path.join(a.target, "model.safetensors.index.json")
+        fname = json.load(open(index))["weight_map"][name] if os.path.exists(index) else "model.safetensors"
+        with open(os.path.join(a.target, fname), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            h = json.loads(f.read(n))[name]
+            if h["dtype"] != "BF16" or h["shape"] != [V, H]:
+                raise SystemExit(f"{a.target}: tensor {name}: expected BF16 [{V}, {H}], got {h['dtype']} {h['shape']}")
+            b, e = h["data_offsets"]
+            f.seek(8 + n + b)
+            return f.read(e - b)
+    copies = {"embed_tokens.weight": target_tensor("model.embed_tokens.weight")}
+    tied = t.get("tie_word_embeddings", False)
+    copies["lm_head.weight"] = copies["embed_tokens.weight"] if tied else target_tensor("lm_head.weight")
+
     rng = random.Random(0)
     f32 = struct.pack(f"<{1 << 20}f", *(rng.gauss(0.0, 0.02) for _ in range(1 << 20)))
     words = struct.unpack(f"<{1 << 20}I", f32)
@@ -97,6 +116,9 @@ def main():
         f.write(hb)
         for k, name in enumerate(sorted(shapes)):
             n = numel(shapes[name])
+            if name in copies:
+                f.write(copies[name])
+                continue
             if name.endswith("norm.weight"):
                 f.write(struct.pack("<H", 0x3F80) * n)  # 1.0
                 continue

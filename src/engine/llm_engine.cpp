@@ -935,7 +935,7 @@ bool LLMEngine::step() {
   // request of the batch is greedy: greedy verification needs nothing else (spec/verify.h:
   // accept while the draft is the argmax, then the argmax of the next row), and a step of
   // many verify rows would otherwise copy vocabulary-wide logit rows to the host.
-  bool ids_only = model_.argmax_on_device();
+  bool ids_only = model_.on_device();
   for (size_t i = 0; ids_only && i < entry_seq.size(); ++i) ids_only = entry_seq[i]->req.sampling.greedy();
   std::vector<int32_t>& row_ids = step_ids_;
   if (!batch.entries.empty()) {

@@ -71,9 +71,10 @@ class Model {
     (void)prealloc_ratio;
     return 0;
   }
-  // true when forward_argmax reduces on the device, so that a greedy caller gains by asking
-  // for ids instead of logit rows (no vocabulary-wide rows cross to the host).
-  virtual bool argmax_on_device() const { return false; }
+  // true when forward, forward_argmax and lm_head run on a device (a GPU): a greedy caller
+  // gains by asking forward_argmax for ids (no vocabulary-wide rows cross to the host), and
+  // a drafter that shares this model's LM head runs its head through lm_head() there.
+  virtual bool on_device() const { return false; }
 
   // Runs the batch; appends every entry's tokens to its slot. Throws Error on bad input
   // (token id outside the vocabulary, slot overflow) before touching the cache.

@@ -7,12 +7,14 @@
 //  - in the batch-invariant mode, 24 concurrent greedy requests with shared prompt prefixes
 //    give exactly their single-request plain greedy ids (dense cache), for plain decoding
 //    and with the shipped DSpark drafter (on the CPU) under the fixed and dspark policies,
-//    with a roomy pool (prefix-cache hits) and a pool small enough to preempt;
+//    with a roomy pool (prefix-cache hits) and a pool small enough to preempt; the drafter
+//    shares the target's LM head, which then runs on the GPU;
 //  - bad pool sizes are one-line errors naming the flag.
 // Skipped without DSINFER_CUDA or without a GPU.
 #include <gtest/gtest.h>
 
 #ifdef DSINFER_HAS_CUDA
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -249,6 +251,10 @@ TEST(CudaEngine, GreedyEngineOnGpuEqualsPlainGreedy) {
   EXPECT_GT(expect_engine_lossless(o, "plain, small pool").preemptions, 0u);
   EngineFixture& f = engine_fixture();
   if (!f.dspark) GTEST_SKIP() << "shipped DSpark absent (plain decoding checked)";
+  // Its frozen embedding / LM head copies are the target's: shared through the GPU model's
+  // host views, so the drafter's head runs on the GPU (Model::lm_head).
+  const auto& shared = f.dspark->info().shared_with_target;
+  EXPECT_NE(std::find(shared.begin(), shared.end(), "lm_head.weight"), shared.end());
   o.drafter = f.dspark.get();
   o.calibration = f.cal ? &*f.cal : nullptr;
   o.kv_num_blocks = 60;  // verify blocks cross block edges; rollback inside shared blocks copies on write

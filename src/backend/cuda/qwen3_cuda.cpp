@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -102,7 +103,11 @@ class CudaQwen3Model final : public Model {
   std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
                                                     int max_tokens) const override;
   int64_t device_kv_blocks(int block_size, double prealloc_ratio) const override;
-  bool argmax_on_device() const override { return true; }
+  bool on_device() const override { return true; }
+  // The checkpoint's embedding / LM head as host views (mapped, never copied): a drafter
+  // whose frozen copies are bit-identical shares them (and runs its head through lm_head()).
+  const WeightView* host_embedding() const override { return host_embed_.data ? &host_embed_ : nullptr; }
+  const WeightView* host_lm_head() const override { return host_head_.data ? &host_head_ : nullptr; }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override { run(kv, batch, out, nullptr); }
   void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
     run(kv, batch, out, &ids);
@@ -113,6 +118,18 @@ class CudaQwen3Model final : public Model {
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
+  // One caller at a time on the stream and the workspaces: forwards, and embed()/lm_head()
+  // from a drafter (which may run on another thread, the engine's async prefetch).
+  mutable std::mutex mu_;
+  // Host views of the checkpoint's embedding and LM head for drafters (host_embedding()):
+  // the BF16 tensors as mapped from the file (no copy); empty for other dtypes.
+  std::unique_ptr<WeightStore> host_store_;
+  WeightView host_embed_{}, host_head_{};
+  // lm_head()'s device buffers (grow-only): hidden rows in, BF16 rows, logits.
+  mutable DeviceArena head_ws_;
+  mutable int head_rows_ = 0;
+  mutable float *head_in_ = nullptr, *head_out_ = nullptr;
+  mutable bf16* head_bf_ = nullptr;
   void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
   void ensure_workspace(int rows, int logit_rows);
   void drop_graphs();
@@ -242,6 +259,15 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   }
   bytes += static_cast<uint64_t>(V * H + H) * sizeof(bf16) + H * sizeof(float);  // head + one embedding row + norm
   decode_bytes_ = bytes;
+  // Drafters with frozen copies of the embedding / LM head compare them with these views.
+  host_store_ = std::make_unique<WeightStore>(cfg.model_dir, "auto", MappedFile::Placement::Mmap);
+  auto host_view = [&](const std::string& name) {
+    const WeightInfo w = host_store_->require(name, {DType::BF16, DType::F32, DType::F16}, {V, H});
+    if (w.dtype != DType::BF16 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0) return WeightView{};
+    return WeightView{w.data, DType::BF16, V, H};
+  };
+  host_embed_ = host_view("model.embed_tokens.weight");
+  host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -440,6 +466,7 @@ void CudaQwen3Model::print_profile() const {
 }
 
 void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
+  std::lock_guard<std::mutex> lock(mu_);
   // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
   auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
   if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache / make_paged_kv_cache");
@@ -574,6 +601,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
 
 void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
   if (n <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " +
@@ -589,10 +617,18 @@ void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
 void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_norm) const {
   if (n <= 0) return;
   const int64_t H = d_.hidden, V = cfg_.vocab_size;
-  DeviceArena tmp;
-  float* d_h = tmp.upload(hidden, static_cast<size_t>(n) * H);
-  bf16* d_hb = tmp.alloc<bf16>(static_cast<size_t>(n) * H);
-  float* d_logits = tmp.alloc<float>(static_cast<size_t>(n) * V);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n > head_rows_) {
+    head_ws_.release();
+    head_rows_ = std::max(n, 2 * head_rows_);
+    head_in_ = head_ws_.alloc<float>(static_cast<size_t>(head_rows_) * H);
+    head_bf_ = head_ws_.alloc<bf16>(static_cast<size_t>(head_rows_) * H);
+    head_out_ = head_ws_.alloc<float>(static_cast<size_t>(head_rows_) * V);
+  }
+  float* d_h = head_in_;
+  bf16* d_hb = head_bf_;
+  float* d_logits = head_out_;
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(d_h, hidden, sizeof(float) * n * H, cudaMemcpyHostToDevice, stream_));
   if (apply_norm) rmsnorm_rows(d_h, H, nullptr, n, static_cast<int>(H), final_norm_, d_.eps, d_hb, H, stream_);
   else f32_to_bf16_n(d_h, n * H, d_hb, stream_);
   gemm_->run(GemmInput::bf16_rows(d_hb, H), head_, static_cast<int>(V), static_cast<int>(H), d_logits, V, n, false,
