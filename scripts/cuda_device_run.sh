@@ -18,7 +18,9 @@
 # grid per rate), ENGINE_TOKENS new tokens per request (default 64), ENGINE_PROMPT prompt
 # tokens (default 64; 256 distinct random prompts); JSON per rate in $OUT/engine_*.json.
 # ENGINE_CURVE (e.g. "0.5 0.7 0.9"): then none and dspark at concurrency 1 per rate (the
-# tau-driven speedup at batch 1), $OUT/curve_*.json.
+# tau-driven speedup at batch 1), $OUT/curve_*.json. ENGINE_PROFILE=1: then plain decoding
+# at concurrency ENGINE_PROFILE_C (default 256) with DSINFER_CUDA_PROFILE=1 (eager, per-stage
+# GPU times per forward), $OUT/engine_profile.txt.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -107,6 +109,12 @@ for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ 
       --policies none,dspark --concurrency 1 --synthetic-acceptance-rate $p ${ENGINE_ARGS:-} --json > "$OUT/curve_$p.json" 2> "$OUT/curve_$p.err"
     echo "== batch 1, synthetic acceptance $p (rc $?)"; grep -E "C=" "$OUT/curve_$p.err" | tail -2
   done
+  if [ "${ENGINE_PROFILE:-0}" = 1 ]; then
+    DSINFER_CUDA_PROFILE=1 timeout 120 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --device cuda \
+      --prompts /tmp/q4b_prompts.jsonl --prompt-tokens ${ENGINE_PROMPT:-64} --max-tokens ${ENGINE_TOKENS:-64} --rounds-per-slot 1 \
+      --policies none --concurrency ${ENGINE_PROFILE_C:-256} ${ENGINE_ARGS:-} > "$OUT/engine_profile.txt" 2>&1
+    echo "== engine profile (rc $?)"; grep -E "C=|forwards|us/forward" "$OUT/engine_profile.txt" | head -40
+  fi
 fi
 if [[ " $STEPS " == *" hf "* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"

@@ -9,6 +9,7 @@
 //    and with the shipped DSpark drafter (on the CPU) under the fixed and dspark policies,
 //    with a roomy pool (prefix-cache hits) and a pool small enough to preempt; the drafter
 //    shares the target's LM head, which then runs on the GPU;
+//  - layer capture (the drafter's rows) inside CUDA graphs gives the eager bits;
 //  - bad pool sizes are one-line errors naming the flag.
 // Skipped without DSINFER_CUDA or without a GPU.
 #include <gtest/gtest.h>
@@ -133,6 +134,46 @@ TEST(CudaEngine, PagedPoolGivesTheDenseCacheBits) {
       EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), static_cast<size_t>(V) * 4)) << "after copy_block";
     }
   }
+}
+
+// A drafter's layer capture runs inside CUDA graphs too: decode steps of two sequences with
+// capture_layers give the same logits and captured rows (bits) eager and from replayed graphs.
+TEST(CudaEngine, LayerCaptureInsideGraphsEqualsEager) {
+  SKIP_WITHOUT_GPU();
+  CudaModelOptions eager_opts;
+  eager_opts.use_graphs = false;
+  auto mg = load_qwen3_cuda(kGqaDir);
+  auto me = load_qwen3_cuda(kGqaDir, eager_opts);
+  auto run = [](Model& m) {
+    auto kv = m.make_paged_kv_cache(4, 64, 2, 64);
+    std::vector<int32_t> t0, t1;
+    for (int i = 0; i < 16; ++i) t0.push_back(i), t1.push_back(63 - i);
+    kv->bind(0, t0, 0);
+    kv->bind(1, t1, 0);
+    ForwardOutput out;
+    ForwardBatch pre;
+    pre.capture_layers = {-1, 0, 2};
+    pre.entries.push_back({0, {5, 6, 7, 8, 9}, {4}});
+    pre.entries.push_back({1, {11, 12, 13}, {2}});
+    m.forward(*kv, pre, out);
+    std::vector<float> logits = out.logits, captured = out.captured;
+    for (int step = 0; step < 5; ++step) {  // the second step of this shape captures, later ones replay
+      ForwardBatch d;
+      d.capture_layers = {-1, 0, 2};
+      d.entries.push_back({0, {static_cast<int32_t>(20 + step)}, {0}});
+      d.entries.push_back({1, {static_cast<int32_t>(40 + step)}, {0}});
+      m.forward(*kv, d, out);
+      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+      captured.insert(captured.end(), out.captured.begin(), out.captured.end());
+    }
+    return std::make_pair(logits, captured);
+  };
+  const auto g = run(*mg), e = run(*me);
+  ASSERT_EQ(g.first.size(), e.first.size());
+  ASSERT_EQ(g.second.size(), e.second.size());
+  ASSERT_FALSE(e.second.empty());
+  EXPECT_EQ(0, std::memcmp(g.first.data(), e.first.data(), e.first.size() * 4)) << "logits";
+  EXPECT_EQ(0, std::memcmp(g.second.data(), e.second.data(), e.second.size() * 4)) << "captured rows";
 }
 
 TEST(CudaEngine, BadPoolSizesAreOneLineErrors) {

@@ -11,12 +11,13 @@
 // (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
 // and captured layer outputs only when asked.
 //
-// CUDA graphs: a call without layer capture and with at most 256 rows is padded to a
-// power-of-two row count (padding rows have slot -1: they touch no cache and no real row)
-// and a power-of-two logit-row count; the second call of a (cache, rows, logit rows) shape
-// captures the whole enqueue into a graph and later calls replay it, so steady-state decode
-// and verify steps cost one launch instead of ~10 per layer. Graphs bake in device
-// addresses: growing the workspace drops them, and each cache has its own.
+// CUDA graphs: a call with at most 256 rows is padded to a power-of-two row count (padding
+// rows have slot -1: they touch no cache and no real row) and a power-of-two logit-row
+// count; the second call of a (cache, rows, logit rows, captured layers) shape captures the
+// whole enqueue (layer captures into a device buffer included) into a graph and later calls
+// replay it, so steady-state decode and verify steps cost one launch instead of ~10 per
+// layer, with a drafter's layer capture too. Graphs bake in device addresses: growing the
+// workspace or the capture buffer drops them, and each cache has its own.
 //
 // Numerics: weights BF16; activations F32 between kernels and rounded to BF16 only as GEMM
 // inputs (as the CPU's bf16 matmul precision does); F32 accumulation everywhere; K/V stored
@@ -173,7 +174,8 @@ class CudaQwen3Model final : public Model {
   float* cap_ = nullptr;  // captured layer outputs [T, n_cap, H]
   size_t cap_floats_ = 0;
 
-  using GraphKey = std::tuple<uint64_t, int, int>;  // (cache uid, rows, logit rows)
+  // (cache uid, rows, logit rows, captured layers)
+  using GraphKey = std::tuple<uint64_t, int, int, std::vector<int>>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> seen_;
 };
@@ -515,7 +517,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   if (T == 0) return;
 
   // ---- rows: (token, position, slot); graph shapes are padded to powers of two ----------
-  const bool graph = opts_.use_graphs && !profile_ && n_cap == 0 && T <= kMaxGraphRows;
+  const bool graph = opts_.use_graphs && !profile_ && T <= kMaxGraphRows;
   const int rows = graph ? pow2_at_least(static_cast<int>(T)) : static_cast<int>(T);
   const int lrows = graph ? (n_logits ? pow2_at_least(static_cast<int>(n_logits)) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
@@ -540,15 +542,18 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
   kv->upload(stream_);  // the paged pool's block tables (a fixed device address: graphs replay)
-  if (n_cap > 0 && cap_floats_ < static_cast<size_t>(T * n_cap * H)) {
+  // Captured rows (padding rows included in graph mode) go to cap_ on the device first;
+  // graphs bake its address in, so growing it drops them.
+  if (n_cap > 0 && cap_floats_ < static_cast<size_t>(rows * n_cap * H)) {
+    drop_graphs();
     if (cap_) cudaFree(cap_);
     cap_ = nullptr;
-    cap_floats_ = static_cast<size_t>(T * n_cap * H);
+    cap_floats_ = static_cast<size_t>(rows * n_cap * H);
     DSINFER_CUDA_CHECK(cudaMalloc(&cap_, cap_floats_ * sizeof(float)));
   }
 
   if (graph) {
-    const GraphKey key{kv->uid(), rows, lrows};
+    const GraphKey key{kv->uid(), rows, lrows, batch.capture_layers};
     auto it = graphs_.find(key);
     if (it == graphs_.end() && seen_[key]++ >= 1) {
       // Second sighting of this shape: capture it (the first ran eagerly, which also warmed
@@ -557,7 +562,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       DSINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
       try {
-        enqueue(*kv, rows, lrows, {}, true);
+        enqueue(*kv, rows, lrows, batch.capture_layers, true);
         capturing_ = false;
       } catch (...) {
         capturing_ = false;
@@ -573,7 +578,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-    else enqueue(*kv, rows, lrows, {}, true);
+    else enqueue(*kv, rows, lrows, batch.capture_layers, true);
   } else {
     enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr);
   }
