@@ -139,6 +139,14 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
     EXPECT_EQ(j["ids"], json::parse(plain.out)["ids"]) << dir;
     EXPECT_EQ(j["spec"]["method"], method);
     EXPECT_GE(j["spec"]["tau"].get<double>(), 1.0);
+    // The lookup assist on and off: only the proposals differ, never the output.
+    for (const char* lk : {"on", "off"}) {
+      auto l = run_dsinfer(with(args, {"--spec", method, "--draft-model-path", dir + "/draft", "--spec-lookup", lk}));
+      ASSERT_EQ(l.exit_code, 0) << dir << " --spec-lookup " << lk << ": " << l.err;
+      auto lj = json::parse(l.out);
+      EXPECT_EQ(lj["ids"], json::parse(plain.out)["ids"]) << dir << " --spec-lookup " << lk;
+      if (std::string(lk) == "off") EXPECT_EQ(lj["spec"]["lookup_rounds"], 0) << dir;
+    }
     // Mismatched kind.
     expect_error(with(args, {"--spec", other, "--draft-model-path", dir + "/draft"}), "use --spec " + method);
     // Block size: above the checkpoint's is an error, below caps the drafts.
@@ -182,10 +190,13 @@ TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
   expect_error(with(b, {"--ngram-max", "2"}), "--spec ngram");
   expect_error(with(b, {"--block-size", "4"}), "--block-size");
   expect_error(with(b, {"--dflash-max-reuse-depth", "2"}), "--dflash-max-reuse-depth");
+  expect_error(with(b, {"--spec", "ngram", "--spec-lookup", "on"}), "--spec-lookup");
+  expect_error(with(b, {"--spec-lookup", "on"}), "--spec-lookup");
   expect_error(with(b, {"--spec", "ngram", "--log-dflash-details", "/nonexistent/dir/x.jsonl"}),
                "--log-dflash-details");
   // Flag syntax errors come from the parser (its own exit code), never a crash.
-  for (auto extra : std::vector<std::vector<std::string>>{{"--spec", "medusa"}, {"--spec", "ngram", "--block-size", "0"}}) {
+  for (auto extra : std::vector<std::vector<std::string>>{
+           {"--spec", "medusa"}, {"--spec", "ngram", "--block-size", "0"}, {"--spec-lookup", "maybe"}}) {
     auto r = run_dsinfer(with(b, extra));
     EXPECT_NE(r.exit_code, 0);
     EXPECT_GE(r.exit_code, 0) << "crashed";
