@@ -88,6 +88,11 @@ SpecDecoder::SpecDecoder(Model& model, const SamplingParams& params, const SpecO
     feat_ = static_cast<int>(capture_.size()) * model.config().hidden_size;
     seq_ = opts_.drafter->start();
     if (opts_.lookup_assist) {
+      // Sampled output must be reproducible from its seed, and which proposal a round
+      // verifies changes how the seed's stream is drawn: a sampled sequence decides on fixed
+      // relative costs (a drafter pass as dear as a one-token verify, each verified row a
+      // quarter of that, about this CPU's shape), never on measured time.
+      if (!params_.greedy()) costs_.set_fixed(1.0, 1.0, 0.25);
       if (info.kind == "ngram") throw Error("--spec-lookup: needs a model drafter (dflash or dspark); --spec ngram is a lookup already");
       lookup_ = std::make_unique<LookupTracker>(opts_.lookup);
     }
@@ -155,7 +160,7 @@ SpecRound& SpecDecoder::round(int max_new) {
       // The cost model times the pass alone: the commit is owed whichever proposal runs.
       const auto tp = Clock::now();
       prop = opts_.drafter->propose(*seq_, anchor_, n_max, params_, rng_);
-      costs_.observe_draft(ms_since(tp));
+      if (params_.greedy()) costs_.observe_draft(ms_since(tp));
     }
   }
   if (static_cast<int>(prop.tokens.size()) > n_max)
@@ -200,7 +205,7 @@ SpecRound& SpecDecoder::round(int max_new) {
   kv_->truncate(0, r.start + v.accepted + 1);
   r.verify_ms = ms_since(t1);
   if (lookup_) {
-    costs_.observe_verify(n + 1, r.verify_ms);
+    if (params_.greedy()) costs_.observe_verify(n + 1, r.verify_ms);
     if (!r.lookup && n > 0) yield_.observe(v.accepted + 1, n + 1);
   }
 

@@ -117,6 +117,15 @@ void RoundCosts::observe_draft(double ms) {
   draft_n_++;
 }
 
+void RoundCosts::set_fixed(double draft, double verify_one, double per_token) {
+  draft_ = draft;
+  draft_n_ = 1;
+  for (int b = 1; b <= kMaxTokens; ++b) {
+    verify_[static_cast<size_t>(b)] = verify_one + per_token * (b - 1);
+    verify_n_[static_cast<size_t>(b)] = 1;
+  }
+}
+
 void RoundCosts::observe_verify(int tokens, double ms) {
   if (tokens < 1 || tokens > kMaxTokens) return;
   const size_t i = static_cast<size_t>(tokens);

@@ -100,6 +100,9 @@ class RoundCosts {
  public:
   void observe_draft(double ms);
   void observe_verify(int tokens, double ms);
+  // Fixed costs instead of measurements (reproducible decisions): a drafter pass, a
+  // one-token verify, and each further verified token.
+  void set_fixed(double draft, double verify_one, double per_token);
   bool has_draft() const { return draft_n_ > 0; }
   double draft_ms() const { return draft_; }
   double verify_ms(int tokens) const;

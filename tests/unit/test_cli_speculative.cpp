@@ -145,7 +145,9 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
       ASSERT_EQ(l.exit_code, 0) << dir << " --spec-lookup " << lk << ": " << l.err;
       auto lj = json::parse(l.out);
       EXPECT_EQ(lj["ids"], json::parse(plain.out)["ids"]) << dir << " --spec-lookup " << lk;
-      if (std::string(lk) == "off") EXPECT_EQ(lj["spec"]["lookup_rounds"], 0) << dir;
+      if (std::string(lk) == "off") {
+        EXPECT_EQ(lj["spec"]["lookup_rounds"], 0) << dir;
+      }
     }
     // Mismatched kind.
     expect_error(with(args, {"--spec", other, "--draft-model-path", dir + "/draft"}), "use --spec " + method);
@@ -205,13 +207,14 @@ TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
 
 // --dflash-validation-threshold prunes the verified drafts by (calibrated) prefix survival:
 // a higher threshold never verifies more drafts, the output never changes, and drafters
-// without a confidence head refuse the flag.
+// without a confidence head refuse the flag. (The lookup assist is off: its rounds verify
+// lookup drafts, which the drafter's confidences do not gate.)
 TEST(CliSpeculative, ValidationThresholdPrunesWithoutChangingOutput) {
   const std::string dir = std::string(DSINFER_TEST_DATA) + "/drafters/dspark_vanilla";
   if (!std::filesystem::exists(dir + "/draft/config.json")) GTEST_SKIP() << dir << " absent";
   std::vector<std::string> args = {"generate", "--model-path", dir + "/target", "--draft-model-path", dir + "/draft",
                                    "--spec", "dspark", "--prompt-ids", "5,6,7,8,9,10", "--max-tokens", "40",
-                                   "--ignore-eos", "--json"};
+                                   "--ignore-eos", "--json", "--spec-lookup", "off"};
   json first;
   int64_t last_proposed = INT64_MAX;
   for (const char* t : {"0", "0.3", "0.6", "0.95"}) {
