@@ -16,9 +16,16 @@
 // --enable-cache-defrag, --cache-warmup-file (prompts prefilled into the prefix cache at
 // each engine's start). Per cell the pool's hit ratio, preemptions and peak blocks in use
 // are reported. --dspark-scheduler-policy picks the admission order (engine/scheduler.h).
+//
+// --device cuda (a build with DSINFER_CUDA=ON): the target runs on the GPU with its paged KV
+// pool in device memory (--cache-prealloc-ratio then takes that share of the device's free
+// memory), greedy steps bring back only argmax ids, the drafter runs on the CPU. A model
+// directory without tokenizer.json takes only {"prompt_ids": [...]} prompts (random-weight
+// checkpoints of make-random-model).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -29,6 +36,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/llm_engine.h"
@@ -48,6 +56,7 @@ namespace {
 struct BenchEngineArgs {
   std::string matmul_precision = "auto";
   std::string model_path, draft_model_path, prompts_path;
+  DeviceArgs dev;  // --device cpu|cuda, --cuda-gemm, --cuda-graphs
   std::string concurrency = "1,4,16,64,128";
   std::string policies = "none,fixed,threshold,dspark";
   int max_tokens = 64, prompt_tokens = 256, rounds_per_slot = 2, threads = 0;
@@ -184,8 +193,15 @@ int run_bench_engine(const BenchEngineArgs& a) {
     }
   }
   parse_scheduler_policy(a.scheduler_policy);  // refuse a bad name before loading anything
-  auto model = load_model(a.model_path);
-  auto tok = Tokenizer::load(a.model_path);
+  auto model = load_model_on_device(a.model_path, a.dev);
+  if (device_is_cuda(a.dev)) std::fprintf(stderr, "bench-engine: target on %s\n", device_summary(a.dev).c_str());
+  // Text prompts need the tokenizer; a directory without one takes prompt_ids only.
+  std::unique_ptr<Tokenizer> tok;
+  if (std::filesystem::exists(std::filesystem::path(a.model_path) / "tokenizer.json")) tok = Tokenizer::load(a.model_path);
+  auto encode = [&](const std::string& t) -> std::vector<int32_t> {
+    if (!tok) throw Error("--prompts: text prompt, but " + a.model_path + " has no tokenizer.json (give prompt_ids)");
+    return tok->encode(t, false);
+  };
   std::unique_ptr<Drafter> drafter;
   std::optional<Calibration> cal;
   const bool needs_drafter = std::any_of(policies.begin(), policies.end(), [](auto& p) { return p != "none"; });
@@ -195,15 +211,13 @@ int run_bench_engine(const BenchEngineArgs& a) {
     cal = load_calibration(a.draft_model_path);
   }
   // The same JSON-lines format as `dsinfer calibrate`: {"prompt": text} or {"prompt_ids": [...]}.
-  std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(
-      a.prompts_path, model->config().vocab_size, [&](const std::string& t) { return tok->encode(t, false); });
+  std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(a.prompts_path, model->config().vocab_size, encode);
   for (auto& ids : prompts)
     if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
   std::vector<std::vector<int32_t>> warmup;
   if (!a.cache_warmup_file.empty()) {
     try {
-      warmup = read_calibration_prompts(a.cache_warmup_file, model->config().vocab_size,
-                                        [&](const std::string& t) { return tok->encode(t, false); });
+      warmup = read_calibration_prompts(a.cache_warmup_file, model->config().vocab_size, encode);
     } catch (const Error& e) {  // the reader names its usual flag, --prompts
       std::string msg = e.what();
       if (msg.rfind("--prompts", 0) == 0) msg.replace(0, 9, "--cache-warmup-file");
@@ -218,8 +232,12 @@ int run_bench_engine(const BenchEngineArgs& a) {
     throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(a.cache_prealloc_ratio));
   if (a.prealloc_given) {
     kv_budget = available_memory_bytes();
-    std::fprintf(stderr, "bench-engine: KV budget %.1f GiB available x --cache-prealloc-ratio %.2f\n",
-                 static_cast<double>(kv_budget) / (1ull << 30), a.cache_prealloc_ratio);
+    if (model->device_kv_blocks(a.kv_block_size, a.cache_prealloc_ratio) > 0)
+      std::fprintf(stderr, "bench-engine: KV pool in device memory: --cache-prealloc-ratio %.2f of the free device memory\n",
+                   a.cache_prealloc_ratio);
+    else
+      std::fprintf(stderr, "bench-engine: KV budget %.1f GiB available x --cache-prealloc-ratio %.2f\n",
+                   static_cast<double>(kv_budget) / (1ull << 30), a.cache_prealloc_ratio);
   }
 
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
@@ -338,6 +356,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["repeat"] = a.repeat;
+    j["device"] = device_summary(a.dev);
     j["threads"] = ThreadPool::global().size();
     j["max_tokens"] = a.max_tokens;
     if (a.synthetic_acceptance > 0) j["synthetic_acceptance_rate"] = a.synthetic_acceptance;  // benchmark mode: not the target's output
@@ -356,6 +375,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   if (a.synthetic_acceptance > 0)
     std::printf("SYNTHETIC ACCEPTANCE %.3f: drafts accepted at random, output is not the target's (benchmark mode)\n",
                 a.synthetic_acceptance);
+  if (device_is_cuda(a.dev)) std::printf("device %s\n", device_summary(a.dev).c_str());
   std::printf("threads %d, %d new tokens per request, prompts <= %d tokens%s\n\n", ThreadPool::global().size(),
               a.max_tokens, a.prompt_tokens,
               a.repeat > 1 ? (", median of " + std::to_string(a.repeat) + " interleaved runs (range in brackets)").c_str() : "");
@@ -394,6 +414,7 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--threshold", a->threshold, "Validation threshold of the threshold policy")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   add_matmul_precision_option(sub, &a->matmul_precision);
+  add_device_options(sub, &a->dev, /*with_cache_prealloc=*/false);
   sub->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block of the paged pool")->check(CLI::Range(1, 4096));
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: max concurrency full-length requests)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

@@ -10,7 +10,7 @@
 
 namespace dsinfer::cli {
 
-void add_device_options(CLI::App* sub, DeviceArgs* dest) {
+void add_device_options(CLI::App* sub, DeviceArgs* dest, bool with_cache_prealloc) {
   sub->add_option("--device", dest->device, "Where the target model runs: cpu, or cuda (binaries built with DSINFER_CUDA=ON)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -22,10 +22,11 @@ void add_device_options(CLI::App* sub, DeviceArgs* dest) {
   sub->add_option("--cuda-graphs", dest->cuda_graphs, "--device cuda: replay CUDA graphs for steps of <= 256 rows")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  sub->add_option("--cache-prealloc-ratio", dest->cache_prealloc_ratio,
-                  "--device cuda: share of free device memory the KV cache may take, (0, 1]")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+  if (with_cache_prealloc)
+    sub->add_option("--cache-prealloc-ratio", dest->cache_prealloc_ratio,
+                    "--device cuda: share of free device memory the KV cache may take, (0, 1]")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
 }
 
 bool device_is_cuda(const DeviceArgs& a) { return a.device == "cuda"; }

@@ -11,7 +11,7 @@
 #include "engine/draft_worker.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
-#include "model/paged_kv_cache.h"
+#include "model/block_kv_cache.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/prefix_scheduler.h"
@@ -109,14 +109,21 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   if (opts_.max_batch_tokens < max_drafts_ + 1)
     throw Error("engine: max_batch_tokens (" + std::to_string(opts_.max_batch_tokens) +
                 ") must hold one verify block (" + std::to_string(max_drafts_ + 1) + " tokens)");
-  // The paged KV cache: a BlockPool (ids, prefix cache) over PagedKVCache storage.
+  // The paged KV cache: a BlockPool (ids, prefix cache) over the storage the model makes
+  // (host PagedKVCache on the CPU, a device pool for the CUDA model).
   const ModelConfig& mc = model.config();
   if (opts_.kv_block_size < 1) throw Error("kv_block_size: must be >= 1, got " + std::to_string(opts_.kv_block_size));
   if (opts_.shard_count < 1) throw Error("shard_count: must be >= 1, got " + std::to_string(opts_.shard_count));
   const int bs = opts_.kv_block_size;
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
-  if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
+  // A model whose pool lives in device memory sizes it from that memory (the captured rows
+  // of the drafter's feature store stay in host memory, outside that budget).
+  const int64_t device_blocks =
+      blocks <= 0 && opts_.kv_budget_bytes > 0 ? model.device_kv_blocks(bs, opts_.cache_prealloc_ratio) : 0;
+  if (device_blocks > 0) {
+    blocks = device_blocks;
+  } else if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;
     layout.n_kv_heads = mc.num_key_value_heads;
@@ -138,10 +145,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pc.block_size = bs;
   pc.shard_count = opts_.shard_count;
   pool_ = std::make_unique<BlockPool>(pc);
-  auto paged = std::make_unique<PagedKVCache>(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, bs, blocks,
-                                              opts_.max_running, max_seq_tokens_);
-  paged_ = paged.get();
-  kv_ = std::move(paged);
+  kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_);
+  paged_ = kv_.get();
   // Uninitialised (no fill): pages are committed as blocks are written.
   if (feat_) features_.reset(new float[static_cast<size_t>(blocks) * bs * static_cast<size_t>(feat_)]);
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
@@ -1005,9 +1010,17 @@ bool LLMEngine::step() {
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
   const auto forward_start = std::chrono::steady_clock::now();
   ForwardOutput& out = step_out_;
+  // A model that reduces on the device (the CUDA one) returns only the argmax ids when every
+  // request of the batch is greedy: greedy verification needs nothing else (spec/verify.h:
+  // accept while the draft is the argmax, then the argmax of the next row), and a step of
+  // many verify rows would otherwise copy vocabulary-wide logit rows to the host.
+  bool ids_only = model_.argmax_on_device();
+  for (size_t i = 0; ids_only && i < entry_seq.size(); ++i) ids_only = entry_seq[i]->req.sampling.greedy();
+  std::vector<int32_t>& row_ids = step_ids_;
   if (!batch.entries.empty()) {
     try {
-      model_.forward(*kv_, batch, out);
+      if (ids_only) model_.forward_argmax(*kv_, batch, out, row_ids);
+      else model_.forward(*kv_, batch, out);
     } catch (const Error& err) {
       for (Sequence* s : entry_seq) finish(*s, "error", err.what());
       return true;
@@ -1024,7 +1037,8 @@ bool LLMEngine::step() {
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const ForwardEntry& e = batch.entries[i];
     Sequence& s = *entry_seq[i];
-    const float* logits = out.logits.data() + logit_row * static_cast<size_t>(V);
+    const float* logits = ids_only ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
+    const int32_t* ids = ids_only ? row_ids.data() + logit_row : nullptr;  // argmax of each logit row
     const float* hidden = feat_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
@@ -1039,7 +1053,15 @@ bool LLMEngine::step() {
         v.accepted = 0;
         while (v.accepted < static_cast<int>(s.prop.tokens.size()) && s.rng.uniform() < opts_.synthetic_acceptance_rate)
           ++v.accepted;
-        v.next_token = verify_drafts(logits + static_cast<size_t>(v.accepted) * V, V, {}, {}, s.req.sampling, s.rng).next_token;
+        v.next_token = ids ? ids[v.accepted]
+                           : verify_drafts(logits + static_cast<size_t>(v.accepted) * V, V, {}, {}, s.req.sampling, s.rng)
+                                 .next_token;
+      } else if (ids) {
+        // Greedy verification from the rows' argmax ids (the same rule as verify_drafts).
+        v.accepted = 0;
+        while (v.accepted < static_cast<int>(s.prop.tokens.size()) && s.prop.tokens[v.accepted] == ids[v.accepted])
+          ++v.accepted;
+        v.next_token = ids[v.accepted];
       } else {
         v = verify_drafts(logits, V, s.prop.tokens, s.prop.q, s.req.sampling, s.rng);
       }
@@ -1127,7 +1149,7 @@ bool LLMEngine::step() {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += s.req.prompt.size();
         }
-        s.anchor = verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
+        s.anchor = ids ? ids[0] : verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
         s.decoding = true;
         emit_tokens(s, {s.anchor});
       }

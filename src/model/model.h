@@ -23,6 +23,7 @@ namespace dsinfer {
 struct WeightView;
 
 class KVCache;
+class BlockKVCache;
 
 struct ForwardEntry {
   int slot = 0;                      // KV cache slot of the sequence
@@ -54,6 +55,25 @@ class Model {
 
   // Creates a KV cache able to hold `max_slots` sequences of up to `max_tokens` each.
   virtual std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const = 0;
+
+  // Creates the batched engine's paged KV storage (model/block_kv_cache.h): num_blocks
+  // blocks of block_size positions shared by max_slots slots of up to max_tokens each,
+  // where this model's forward reads it. Default (model.cpp): PagedKVCache in host memory
+  // with the config's geometry; the CUDA model puts the pool in device memory.
+  virtual std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                            int max_tokens) const;
+  // For a model whose paged KV pool lives in its own device memory: how many blocks of
+  // block_size positions `prealloc_ratio` of the device's free memory holds now
+  // (--cache-prealloc-ratio). 0 (the default): the pool lives in host memory and the caller
+  // sizes it from the host budget.
+  virtual int64_t device_kv_blocks(int block_size, double prealloc_ratio) const {
+    (void)block_size;
+    (void)prealloc_ratio;
+    return 0;
+  }
+  // true when forward_argmax reduces on the device, so that a greedy caller gains by asking
+  // for ids instead of logit rows (no vocabulary-wide rows cross to the host).
+  virtual bool argmax_on_device() const { return false; }
 
   // Runs the batch; appends every entry's tokens to its slot. Throws Error on bad input
   // (token id outside the vocabulary, slot overflow) before touching the cache.

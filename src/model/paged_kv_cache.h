@@ -19,11 +19,12 @@
 #include <span>
 #include <vector>
 
-#include "model/model.h"
+#include "model/block_kv_cache.h"
 
 namespace dsinfer {
 
-class PagedKVCache : public KVCache {
+// The CPU implementation of BlockKVCache (model/block_kv_cache.h).
+class PagedKVCache : public BlockKVCache {
  public:
   // max_slots sequences at once, each of up to max_tokens positions; num_blocks blocks of
   // block_size tokens shared by all of them.
@@ -37,17 +38,16 @@ class PagedKVCache : public KVCache {
 
   // Points `slot` at a block table: position p lives in blocks[p / block_size]; the first
   // `length` positions hold K/V. The ids are copied (the table may change afterwards).
-  void bind(int slot, std::span<const int32_t> blocks, int length);
-  void unbind(int slot) { bind(slot, {}, 0); }
-  std::span<const int32_t> blocks(int slot) const;
+  void bind(int slot, std::span<const int32_t> blocks, int length) override;
+  std::span<const int32_t> blocks(int slot) const override;
   // Positions the bound blocks can hold.
-  int capacity(int slot) const;
+  int capacity(int slot) const override;
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  int block_size() const { return block_size_; }
-  int64_t num_blocks() const { return num_blocks_; }
+  int block_size() const override { return block_size_; }
+  int64_t num_blocks() const override { return num_blocks_; }
   // Floats of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
   int64_t block_stride() const { return block_stride_; }
   // Floats between consecutive KV heads inside a block.
@@ -57,7 +57,7 @@ class PagedKVCache : public KVCache {
   float* v(int layer) { return v_.get() + static_cast<int64_t>(layer) * num_blocks_ * block_stride_; }
 
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
-  void copy_block(int32_t src, int32_t dst, int n_tokens);
+  void copy_block(int32_t src, int32_t dst, int n_tokens) override;
   // Called by the model once every layer has written the new positions.
   void set_length(int slot, int len);
 

@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_paged_kv_cache.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/qwen3_layer.h"
@@ -98,6 +99,10 @@ class CudaQwen3Model final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                    int max_tokens) const override;
+  int64_t device_kv_blocks(int block_size, double prealloc_ratio) const override;
+  bool argmax_on_device() const override { return true; }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override { run(kv, batch, out, nullptr); }
   void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
     run(kv, batch, out, &ids);
@@ -108,7 +113,7 @@ class CudaQwen3Model final : public Model {
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
-  void enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
+  void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
   void ensure_workspace(int rows, int logit_rows);
   void drop_graphs();
   // DSINFER_CUDA_PROFILE=1: forwards run eagerly with a CUDA event after each stage, and
@@ -278,6 +283,36 @@ std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_to
                                        max_tokens);
 }
 
+int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio) const {
+  check(block_size >= 1, "--kv-block-size: must be >= 1 (got " + std::to_string(block_size) + ")");
+  check(prealloc_ratio > 0.0 && prealloc_ratio <= 1.0,
+        "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(prealloc_ratio) + ")");
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
+                                                               cfg_.head_dim, block_size);
+  const int64_t blocks = static_cast<int64_t>(std::floor(prealloc_ratio * static_cast<double>(free_b) / per_block));
+  check(blocks >= 1, "--cache-prealloc-ratio " + std::to_string(prealloc_ratio) + ": no room for one KV block in the " +
+                         std::to_string(free_b >> 20) + " MiB free on the device");
+  return blocks;
+}
+
+std::unique_ptr<BlockKVCache> CudaQwen3Model::make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                                  int max_tokens) const {
+  check(block_size >= 1 && num_blocks >= 1, "CUDA paged KV cache: block_size and num_blocks must be >= 1");
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
+                                                               cfg_.head_dim, block_size);
+  const long double need = static_cast<long double>(per_block) * num_blocks;
+  if (need > static_cast<long double>(free_b))
+    throw Error("--kv-blocks: " + std::to_string(num_blocks) + " KV blocks of " + std::to_string(block_size) +
+                " tokens need " + std::to_string(static_cast<uint64_t>(need) >> 20) + " MiB, more than the " +
+                std::to_string(free_b >> 20) + " MiB free on the device");
+  return std::make_unique<CudaPagedKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, block_size,
+                                            num_blocks, max_slots, max_tokens);
+}
+
 void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
   if (rows <= cap_rows_ && logit_rows <= cap_logits_) return;
   drop_graphs();  // they point into the old buffers
@@ -307,7 +342,7 @@ void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
   DSINFER_CUDA_CHECK(cudaMallocHost(&keys_host_, Lr * sizeof(unsigned long long)));
 }
 
-void CudaQwen3Model::enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers,
+void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers,
                              bool with_argmax) {
   cudaStream_t s = stream_;
   const int H = static_cast<int>(d_.hidden), I = static_cast<int>(d_.intermediate);
@@ -405,11 +440,13 @@ void CudaQwen3Model::print_profile() const {
 }
 
 void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
-  auto* kv = dynamic_cast<CudaKVCache*>(&kv_base);
-  if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache");
+  // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
+  auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
+  if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache / make_paged_kv_cache");
   const int L = cfg_.num_hidden_layers, V = cfg_.vocab_size;
   const int64_t H = d_.hidden;
-  if (kv->n_layers() != L || kv->n_kv_heads() != cfg_.num_key_value_heads || kv->head_dim() != cfg_.head_dim)
+  if (kv->storage_layers() != L || kv->storage_kv_heads() != cfg_.num_key_value_heads ||
+      kv->storage_head_dim() != cfg_.head_dim)
     throw Error("forward: KV cache geometry does not match the model");
 
   // ---- validate everything before the cache is touched (same rules as the CPU model) ----
@@ -419,13 +456,14 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   int64_t T = 0, n_logits = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const ForwardEntry& en = batch.entries[e];
-    if (en.slot < 0 || en.slot >= kv->max_slots()) fail(e, "slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
+    if (en.slot < 0 || en.slot >= kv_base.max_slots())
+      fail(e, "slot out of range [0, " + std::to_string(kv_base.max_slots()) + ")");
     for (size_t o = 0; o < e; ++o)
       if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
     const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (kv->length(en.slot) + n > kv->max_tokens())
-      fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
-                  " tokens > capacity " + std::to_string(kv->max_tokens()));
+    if (kv_base.length(en.slot) + n > kv->slot_capacity(en.slot))
+      fail(e, "KV cache overflow: " + std::to_string(kv_base.length(en.slot)) + " + " + std::to_string(n) +
+                  " tokens > capacity " + std::to_string(kv->slot_capacity(en.slot)));
     for (int32_t t : en.tokens)
       if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
     for (int r : en.logit_rows)
@@ -461,7 +499,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   {
     int r = 0, li = 0;
     for (const ForwardEntry& en : batch.entries) {
-      const int start = kv->length(en.slot);
+      const int start = kv_base.length(en.slot);
       for (int lrow : en.logit_rows) lr[li++] = r + lrow;
       for (size_t i = 0; i < en.tokens.size(); ++i, ++r) {
         tok[r] = en.tokens[i];
@@ -474,6 +512,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
+  kv->upload(stream_);  // the paged pool's block tables (a fixed device address: graphs replay)
   if (n_cap > 0 && cap_floats_ < static_cast<size_t>(T * n_cap * H)) {
     if (cap_) cudaFree(cap_);
     cap_ = nullptr;
@@ -530,7 +569,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     for (int64_t i = 0; i < n_logits; ++i) (*ids)[i] = argmax_from_key(keys_host_[i]);
   }
   for (const ForwardEntry& en : batch.entries)
-    kv->set_length(en.slot, kv->length(en.slot) + static_cast<int>(en.tokens.size()));
+    kv->set_length(en.slot, kv_base.length(en.slot) + static_cast<int>(en.tokens.size()));
 }
 
 void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
