@@ -90,7 +90,7 @@ def main():
                 "drafts_verified_per_round": verified / max(rounds, 1),
                 "lookup_round_share": lookups / max(rounds, 1),
                 "acceptance": [x / max(y, 1) for x, y in zip(acc, prop)]}
-        base = res[s]["none"]["tokens_per_s"]
+        base = res[s]["none"]["tokens_per_s"] if "none" in res[s] else float("nan")
         for name in res[s]:
             res[s][name]["speedup"] = res[s][name]["tokens_per_s"] / base
     print(f"| set | method | τ | drafts verified/round | lookup rounds | tok/s | × plain | acceptance by draft position 1..8 |")
@@ -101,7 +101,7 @@ def main():
             share = f"{100 * v['lookup_round_share']:.0f} %" if "lookup" in name else "–"
             print(f"| {s} | {name} | {v['tau']:.2f} | {v['drafts_verified_per_round']:.2f} | {share} | {v['tokens_per_s']:.0f} | "
                   f"{v['speedup']:.2f} | {accs} |")
-        if "dspark" in res[s] and "dflash" in res[s]:
+        if ("dspark" in res[s] or "dspark-fixed" in res[s]) and "dflash" in res[s]:
             print(f"<!-- {s}: dspark/dflash tau ratio {res[s]['dspark-fixed' if 'dspark-fixed' in res[s] else 'dspark']['tau'] / res[s]['dflash']['tau']:.3f} -->")
     out = a.out or os.path.join(a.dir, "train-logs", "eval_spec.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
