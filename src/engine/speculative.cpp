@@ -146,9 +146,15 @@ SpecRound& SpecDecoder::round(int max_new) {
   auto t0 = Clock::now();
   DraftProposal prop;
   const int n_max = std::min(max_drafts_, max_new - 1);
+  int match_bucket = LookupStats::kBuckets;  // the drafter yield slot of this round
   if (lookup_ && n_max > 0) {
     const LookupProposal& lp = lookup_->propose(anchor_, n_max);
-    const LookupChoice ch = choose_lookup(lookup_stats_, lp, costs_, yield_);
+    if (lp.bucket >= 0) match_bucket = lp.bucket;
+    constexpr int kOwnYieldRounds = 3;
+    const DrafterYield& y = yield_by_match_[static_cast<size_t>(match_bucket)].rounds >= kOwnYieldRounds
+                                ? yield_by_match_[static_cast<size_t>(match_bucket)]
+                                : yield_;
+    const LookupChoice ch = choose_lookup(lookup_stats_, lp, costs_, y);
     if (ch.use) {
       prop.tokens.assign(lp.tokens.begin(), lp.tokens.begin() + ch.verify_drafts);
       r.lookup = true;
@@ -206,7 +212,10 @@ SpecRound& SpecDecoder::round(int max_new) {
   r.verify_ms = ms_since(t1);
   if (lookup_) {
     if (params_.greedy()) costs_.observe_verify(n + 1, r.verify_ms);
-    if (!r.lookup && n > 0) yield_.observe(v.accepted + 1, n + 1);
+    if (!r.lookup && n > 0) {
+      yield_.observe(v.accepted + 1, n + 1);
+      yield_by_match_[static_cast<size_t>(match_bucket)].observe(v.accepted + 1, n + 1);
+    }
   }
 
   r.verify_len = n + 1;

@@ -22,6 +22,7 @@
 //   The round returns the tokens to emit (accepted drafts, then the next token, at most
 //   max_new); the caller applies stop ids / stop strings token by token.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -154,7 +155,12 @@ class SpecDecoder {
   std::unique_ptr<LookupTracker> lookup_;
   LookupStats lookup_stats_;
   RoundCosts costs_;
+  // The drafter's yield overall and by the match-length bucket of the lookup proposal it
+  // was weighed against (last slot: no proposal): the drafter mostly runs where lookups are
+  // weak, so its overall yield understates it where they are strong; a bucket's own yield is
+  // used once it has a few rounds.
   DrafterYield yield_;
+  std::array<DrafterYield, LookupStats::kBuckets + 1> yield_by_match_;
   // Kept across rounds: a verify step's logits (up to (block + 1) x vocab floats) and captured
   // rows are reused instead of allocated and zero-filled every round.
   ForwardBatch batch_;

@@ -113,49 +113,48 @@ const LookupProposal& LookupTracker::propose(int32_t anchor, int max_tokens) {
 }
 
 void RoundCosts::observe_draft(double ms) {
+  if (fixed_) return;
+  if (draft_n_ > 0) ms = std::min(ms, kClip * draft_);
   draft_ = draft_n_ == 0 ? ms : draft_ + kSmoothing * (ms - draft_);
   draft_n_++;
 }
 
 void RoundCosts::set_fixed(double draft, double verify_one, double per_token) {
+  fixed_ = true;
   draft_ = draft;
   draft_n_ = 1;
-  for (int b = 1; b <= kMaxTokens; ++b) {
-    verify_[static_cast<size_t>(b)] = verify_one + per_token * (b - 1);
-    verify_n_[static_cast<size_t>(b)] = 1;
-  }
+  fixed_a_ = verify_one;
+  fixed_b_ = per_token;
+  verify_n_ = 1;
 }
 
 void RoundCosts::observe_verify(int tokens, double ms) {
-  if (tokens < 1 || tokens > kMaxTokens) return;
-  const size_t i = static_cast<size_t>(tokens);
-  verify_[i] = verify_n_[i] == 0 ? ms : verify_[i] + kSmoothing * (ms - verify_[i]);
-  verify_n_[i]++;
+  if (fixed_ || tokens < 1) return;
+  if (verify_n_ > 0) ms = std::min(ms, kClip * verify_ms(tokens));
+  const double x = tokens - 1;
+  s0_ = kForget * s0_ + 1.0;
+  s1_ = kForget * s1_ + x;
+  s2_ = kForget * s2_ + x * x;
+  t0_ = kForget * t0_ + ms;
+  t1_ = kForget * t1_ + x * ms;
+  verify_n_++;
 }
 
 double RoundCosts::verify_ms(int tokens) const {
-  tokens = std::clamp(tokens, 1, kMaxTokens);
-  if (verify_n_[static_cast<size_t>(tokens)] > 0) return verify_[static_cast<size_t>(tokens)];
-  int lo = -1, hi = -1;
-  for (int b = tokens - 1; b >= 1; --b)
-    if (verify_n_[static_cast<size_t>(b)] > 0) {
-      lo = b;
-      break;
-    }
-  for (int b = tokens + 1; b <= kMaxTokens; ++b)
-    if (verify_n_[static_cast<size_t>(b)] > 0) {
-      hi = b;
-      break;
-    }
-  // Unmeasured everywhere: relative units, a row costing a quarter of the first.
-  if (lo < 0 && hi < 0) return 1.0 + 0.25 * (tokens - 1);
-  if (lo >= 0 && hi >= 0) {
-    const double a = verify_[static_cast<size_t>(lo)], b = verify_[static_cast<size_t>(hi)];
-    return a + (b - a) * (tokens - lo) / static_cast<double>(hi - lo);
+  const double x = std::max(tokens, 1) - 1;
+  if (fixed_) return fixed_a_ + fixed_b_ * x;
+  if (verify_n_ == 0) return 1.0 + 0.25 * x;
+  const double mean_x = s1_ / s0_, mean_y = t0_ / s0_;
+  const double var = s2_ / s0_ - mean_x * mean_x;
+  // Too little spread in B to fit a slope: a row costs a quarter of a one-token verify.
+  double b;
+  if (var > 0.25) {
+    b = std::max(0.0, (t1_ / s0_ - mean_x * mean_y) / var);
+  } else {
+    b = 0.25 * mean_y / (1.0 + 0.25 * mean_x);
   }
-  // One side: scale the nearest point by the same relative growth.
-  const int near = lo >= 0 ? lo : hi;
-  return verify_[static_cast<size_t>(near)] * (1.0 + 0.25 * (tokens - 1)) / (1.0 + 0.25 * (near - 1));
+  const double a = std::max(mean_y - b * mean_x, 0.05 * mean_y);
+  return a + b * x;
 }
 
 void DrafterYield::observe(int committed_tokens, int verify_len_tokens) {

@@ -92,10 +92,12 @@ class LookupTracker {
   LookupProposal last_;
 };
 
-// Measured costs of a round's two parts, as exponential moving averages (ms): a drafter
-// pass (commit + propose) and a verify forward of B tokens. Unmeasured B are interpolated
-// linearly between measured ones (extrapolated at the ends with the nearest measured
-// point's cost per token growth), so a decision can be made from the first rounds.
+// Measured costs of a round's two parts (ms): a drafter pass (commit + propose) and a
+// verify forward of B tokens. Verify time is fitted as a + b * (B - 1) by least squares with
+// exponential forgetting over every measured round, so lengths measured rarely (or never)
+// borrow from the others; a drafter pass is an exponential moving average. A measurement
+// more than 3x the current estimate (a first round's page faults, a preempted thread) is
+// clipped to 3x, so one outlier cannot swing the choice for many rounds.
 class RoundCosts {
  public:
   void observe_draft(double ms);
@@ -105,15 +107,20 @@ class RoundCosts {
   void set_fixed(double draft, double verify_one, double per_token);
   bool has_draft() const { return draft_n_ > 0; }
   double draft_ms() const { return draft_; }
+  // Before any verify was measured: relative units (1 + 0.25 (B - 1)).
   double verify_ms(int tokens) const;
 
  private:
-  static constexpr double kSmoothing = 0.2;
-  static constexpr int kMaxTokens = 64;
+  static constexpr double kSmoothing = 0.2;  // drafter EMA weight of a new pass
+  static constexpr double kForget = 0.95;    // verify fit: weight kept by old rounds per new one
+  static constexpr double kClip = 3.0;
   double draft_ = 0.0;
   int draft_n_ = 0;
-  std::array<double, kMaxTokens + 1> verify_{};
-  std::array<int, kMaxTokens + 1> verify_n_{};
+  bool fixed_ = false;
+  double fixed_a_ = 0.0, fixed_b_ = 0.0;
+  // Weighted sums over rounds of x = B - 1 and y = ms: w, w x, w x^2, w y, w x y.
+  double s0_ = 0.0, s1_ = 0.0, s2_ = 0.0, t0_ = 0.0, t1_ = 0.0;
+  int verify_n_ = 0;
 };
 
 // The drafter's recent yield: tokens committed per drafter round and drafts verified per

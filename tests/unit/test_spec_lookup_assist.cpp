@@ -119,18 +119,43 @@ TEST(LookupAssist, ChoosesTheLookupOnlyWhereItOutYieldsTheDrafter) {
   EXPECT_FALSE(choose_lookup(s, strong, free_draft, great).use);
 }
 
-TEST(LookupAssist, VerifyCostsInterpolateBetweenMeasuredLengths) {
+TEST(LookupAssist, VerifyCostsAreALinearFitOverEveryRound) {
   RoundCosts c;
   EXPECT_DOUBLE_EQ(c.verify_ms(1), 1.0);  // nothing measured: relative units
   c.observe_verify(2, 2.0);
   c.observe_verify(6, 4.0);
-  EXPECT_DOUBLE_EQ(c.verify_ms(4), 3.0);
-  EXPECT_DOUBLE_EQ(c.verify_ms(6), 4.0);
-  EXPECT_GT(c.verify_ms(9), 4.0);
-  EXPECT_LT(c.verify_ms(1), 2.0);
-  c.observe_verify(6, 5.0);  // EMA
+  // Through both points: 1.5 ms + 0.5 ms per token beyond the first.
+  EXPECT_NEAR(c.verify_ms(4), 3.0, 1e-9);
+  EXPECT_NEAR(c.verify_ms(6), 4.0, 1e-9);
+  EXPECT_NEAR(c.verify_ms(9), 5.5, 1e-9);
+  EXPECT_NEAR(c.verify_ms(1), 1.5, 1e-9);
+  c.observe_verify(6, 5.0);  // newer rounds weigh more
   EXPECT_GT(c.verify_ms(6), 4.0);
   EXPECT_LT(c.verify_ms(6), 5.0);
+
+  // One length only: no slope to fit, a row costs a quarter of a one-token verify.
+  RoundCosts one;
+  one.observe_verify(1, 2.0);
+  EXPECT_NEAR(one.verify_ms(5), 4.0, 1e-9);
+
+  // An outlier (a first round's page faults) is clipped to 3x the estimate.
+  RoundCosts o;
+  for (int i = 0; i < 20; ++i)
+    for (int b = 2; b <= 6; ++b) o.observe_verify(b, 1.0 + 0.2 * (b - 1));
+  const double before = o.verify_ms(3);
+  o.observe_verify(3, 1000.0);
+  EXPECT_LT(o.verify_ms(3), 1.2 * before);
+  o.observe_draft(1.0);
+  o.observe_draft(1000.0);
+  EXPECT_LE(o.draft_ms(), 1.0 + 0.2 * 2.0 + 1e-9);
+
+  // Fixed costs ignore measurements.
+  RoundCosts f;
+  f.set_fixed(1.0, 1.0, 0.25);
+  f.observe_verify(3, 100.0);
+  f.observe_draft(100.0);
+  EXPECT_DOUBLE_EQ(f.verify_ms(5), 2.0);
+  EXPECT_DOUBLE_EQ(f.draft_ms(), 1.0);
 }
 
 TEST(LookupAssist, RefusesBadOptionsByName) {
