@@ -108,15 +108,30 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   return v;
 }
 
-// A --policies entry: the verify policy and whether it ends in "+prefetch" (async prefetch).
+// A --policies entry: the verify policy, whether it ends in "+prefetch" (async prefetch) and
+// whether in "+lookup" (the lookup assist, EngineOptions::lookup_assist).
 struct PolicyEntry {
   std::string policy;
   bool prefetch = false;
+  bool lookup = false;
 };
 PolicyEntry parse_policy_entry(const std::string& entry) {
-  const std::string suffix = "+prefetch";
-  const bool pre = entry.size() > suffix.size() && entry.compare(entry.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return {pre ? entry.substr(0, entry.size() - suffix.size()) : entry, pre};
+  PolicyEntry e;
+  e.policy = entry;
+  auto strip = [&e](const std::string& suffix) {
+    const std::string& s = e.policy;
+    if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      e.policy = s.substr(0, s.size() - suffix.size());
+      return true;
+    }
+    return false;
+  };
+  // In either order: dspark+lookup+prefetch, dspark+prefetch+lookup.
+  for (int i = 0; i < 2; ++i) {
+    if (strip("+prefetch")) e.prefetch = true;
+    if (strip("+lookup")) e.lookup = true;
+  }
+  return e;
 }
 
 struct Cell {
@@ -169,10 +184,12 @@ int run_bench_engine(const BenchEngineArgs& a) {
   {
     std::stringstream ss(a.policies);
     for (std::string p; std::getline(ss, p, ',');) {
-      const auto [base, pre] = parse_policy_entry(p);
+      const auto [base, pre, lookup] = parse_policy_entry(p);
       if (base != "none" && base != "fixed" && base != "threshold" && base != "dspark" && base != "dspark-async")
-        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch)");
+        throw Error("--policies: unknown policy '" + p +
+                    "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch, +lookup for the lookup assist)");
       if (base == "none" && pre) throw Error("--policies: 'none+prefetch': plain decoding has no drafts to prefetch");
+      if (base == "none" && lookup) throw Error("--policies: 'none+lookup': the lookup assist needs a model drafter");
       policies.push_back(p);
     }
   }
@@ -243,10 +260,11 @@ int run_bench_engine(const BenchEngineArgs& a) {
   for (int rep = 0; rep < a.repeat; ++rep)
   for (const std::string& entry : policies)
     for (int c : levels) {
-      const auto [policy, prefetch_entry] = parse_policy_entry(entry);
+      const auto [policy, prefetch_entry, lookup_entry] = parse_policy_entry(entry);
       EngineOptions o;
       if (policy != "none") {
         o.async_prefetch = prefetch_entry || a.async_prefetch;
+        o.lookup_assist = lookup_entry;
         o.async_draft_threads = a.async_draft_threads;
       }
       o.max_running = c;
@@ -304,7 +322,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       while (engine.step()) peak = std::max<int64_t>(peak, engine.stats().kv_blocks_used);
       const double secs = std::chrono::duration<double>(clock::now() - t0).count();
       Cell cell;
-      cell.policy = policy + (o.async_prefetch ? "+prefetch" : "");
+      cell.policy = policy + (o.lookup_assist ? "+lookup" : "") + (o.async_prefetch ? "+prefetch" : "");
       cell.concurrency = c;
       cell.requests = n;
       cell.seconds = secs;
@@ -384,7 +402,9 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
   sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
-  sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark, dspark-async");
+  sub->add_option("--policies", a->policies,
+                  "Comma list: none, fixed, threshold, dspark, dspark-async; a suffix +lookup adds the lookup assist, "
+                  "+prefetch async prefetch");
   sub->add_option("--max-tokens", a->max_tokens, "New tokens per request")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "Prompts cut to at most this many tokens")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--repeat", a->repeat, "Run the whole grid this many times, interleaved; report medians")

@@ -58,6 +58,7 @@ struct ServeArgs {
   int window_size = -1;
   std::string admission_policy = "fcfs";
   bool async_prefetch = false;  // --dflash-enable-async-prefetch / --disable-dflash-async-prefetch
+  std::string spec_lookup;      // --spec-lookup on|off; "": on with a model drafter
   double synthetic_acceptance = -1.0;  // refused: a benchmark mode whose output is not the target's
   std::string matmul_precision = "auto";
   int threads = 0;
@@ -252,6 +253,9 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
   server::ServerMetrics* m = &metrics;
   o.on_step = [m](const StepObservation& obs) { m->observe_step(obs); };
   o.async_prefetch = a.async_prefetch;
+  if (a.spec_lookup == "on" && draft_path.empty())
+    throw Error("--spec-lookup on: needs a model drafter (--spec dflash or dspark with --draft-model-path)");
+  o.lookup_assist = !draft_path.empty() && a.spec_lookup != "off";
   if (details) o.on_rounds = [details](const std::vector<EngineRound>& rounds) { details->write_step(rounds); };
   L.engine = std::make_unique<LLMEngine>(*L.model, o);
 
@@ -411,6 +415,10 @@ Runner register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--dflash-enable-async-prefetch,!--disable-dflash-async-prefetch", a->async_prefetch,
                 "Draft one cohort of requests while the target verifies the other (a second thread; default off)");
+  sub->add_option("--spec-lookup", a->spec_lookup,
+                  "With a DFlash/DSpark drafter: a suffix lookup over each request's prompt and output stands in for "
+                  "its drafter pass when expected to yield more (default on; lossless)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance, "Benchmark-only mode of bench-engine: rejected");
   add_matmul_precision_option(sub, &a->matmul_precision);
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));

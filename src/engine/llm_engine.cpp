@@ -58,6 +58,15 @@ struct LLMEngine::Sequence {
   // Async prefetch: `prop` holds drafts for the current anchor proposed during an earlier
   // step (by the DraftWorker); this step verifies them instead of drafting.
   bool prop_ready = false;
+  // Lookup assist (EngineOptions::lookup_assist): the request's history and proposals, this
+  // step's proposal (its drafts and their survival estimates), whether `prop` is that
+  // proposal, and the request's drafter yield (what a drafter round commits).
+  std::unique_ptr<LookupTracker> lookup;
+  std::vector<int32_t> lookup_tokens;
+  std::vector<float> lookup_survival;
+  bool prop_lookup = false;
+  bool prop_drafted = false;  // `prop` came from a drafter pass (its round feeds `yield`)
+  DrafterYield yield;
   std::vector<int32_t> step_ids;
   std::string step_text;
 };
@@ -89,6 +98,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   } else if (opts_.policy != VerifyPolicy::Fixed) {
     throw Error("engine: verify policies other than fixed need a drafter");
   }
+  if (opts_.lookup_assist && !(opts_.drafter && opts_.drafter->info().kind != "ngram"))
+    throw Error("--spec-lookup: needs a model drafter (dflash or dspark)");
   if (opts_.async_prefetch && !opts_.drafter)
     throw Error("--dflash-enable-async-prefetch: needs a drafter (plain decoding has nothing to prefetch)");
   if (opts_.async_draft_threads < 0)
@@ -335,6 +346,10 @@ void LLMEngine::admit() {
         std::memcpy(s.pending_hidden.data() + static_cast<size_t>(p) * feat_,
                     features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
                     static_cast<size_t>(feat_) * sizeof(float));
+      if (opts_.lookup_assist) {
+        s.lookup = std::make_unique<LookupTracker>(opts_.lookup);
+        s.lookup->commit(s.context.data(), ar.cached_tokens, lookup_stats_);
+      }
     }
     defrag_due_ = true;
     running_.push_back(std::move(waiting_[i]));
@@ -372,8 +387,10 @@ void LLMEngine::preempt(Sequence& s) {
   free_slots_.push_back(s.slot);
   s.slot = -1;
   s.draft.reset();
+  s.lookup.reset();  // admission starts it again from the recomputed context
   s.prop = DraftProposal{};
   s.prop_ready = false;
+  s.prop_lookup = false;
   s.pending_tokens.clear();
   s.pending_hidden.clear();
   if (s.decoding) {
@@ -694,6 +711,8 @@ bool LLMEngine::step() {
     // own history only, so a seeded sampled request alone is reproducible.
     pop_gain_ = pop_len_ = 0.0;
     pop_measured_ = 0;
+    lookup_stats_ = LookupStats{};
+    pop_yield_ = DrafterYield{};
     choice_clock_ = last_probe_ = 0;
     defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
@@ -717,7 +736,49 @@ bool LLMEngine::step() {
   // With async prefetch the drafter pass is off the critical path, so every request that
   // may draft does (the draft-cost trade-off of choose_drafting does not apply).
   const bool async = async_prefetch_ && opts_.drafter;
-  const std::vector<bool> drafts = async ? std::vector<bool>(dec.size(), true) : choose_drafting(dec);
+  // Lookup assist: every request's free proposal first. A request whose lookup is expected
+  // to commit about what a drafter round of its would, relative to the round's cost, takes
+  // the lookup and stays out of the drafting choice (its drafter pass is saved).
+  const bool lookup_on = opts_.lookup_assist && !async && opts_.synthetic_acceptance_rate <= 0.0;
+  std::vector<bool> lookup_first(dec.size(), false);
+  if (lookup_on) {
+    const int R = static_cast<int>(dec.size());
+    // A lookup round's cost relative to a drafter round's, per request: its share of the
+    // verify forward against that share plus a drafter pass (1 without a known draft cost).
+    double rho = 1.0;
+    if (opts_.draft_ms_per_request > 0.0 && opts_.sps) {
+      const double share = 1000.0 / opts_.sps->sps(R) / R;
+      rho = share / (share + opts_.draft_ms_per_request);
+    }
+    for (size_t r = 0; r < dec.size(); ++r) {
+      Sequence* s = dec[r];
+      s->prop_lookup = false;
+      s->lookup_tokens.clear();
+      s->lookup_survival.clear();
+      const int n = std::min(max_drafts_, s->out->remaining() - 1);
+      if (!s->lookup || s->prop_ready || n <= 0) continue;
+      const LookupProposal& lp = s->lookup->propose(s->anchor, n);
+      double gain = 0;
+      for (size_t k = 0; k < lp.tokens.size(); ++k) {
+        const double a = lookup_stats_.survival(lp.bucket, static_cast<int>(k) + 1);
+        if (!(a > 0.0)) break;
+        s->lookup_tokens.push_back(lp.tokens[k]);
+        s->lookup_survival.push_back(static_cast<float>(a));
+        gain += a;
+      }
+      const DrafterYield& y = s->yield.rounds > 0 ? s->yield : pop_yield_;
+      // Until a drafter round was measured, the drafter drafts (its yield is unknown).
+      if (!s->lookup_tokens.empty() && y.rounds > 0 && 1.0 + gain >= rho * y.tokens) lookup_first[r] = true;
+    }
+  }
+  std::vector<bool> drafts(dec.size(), true);
+  if (!async) {
+    std::vector<Sequence*> candidates;
+    for (size_t r = 0; r < dec.size(); ++r)
+      if (!lookup_first[r]) candidates.push_back(dec[r]);
+    const std::vector<bool> chosen = choose_drafting(candidates);
+    for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] ? false : chosen[c++];
+  }
   // One batched drafter pass for all drafting requests: first their pending committed
   // rows (one commit over every sequence), then their blocks (one propose over all), so
   // the drafter's weights are read once per step, not once per request. Results are
@@ -766,6 +827,11 @@ bool LLMEngine::step() {
       if (s->draft && n_max[r] > 0 && drafts[r] && s->health.drafting_allowed()) {
         role[r] = Role::Draft;
         ++n_draft;
+      } else if (!s->lookup_tokens.empty()) {
+        // Not drafting: its lookup proposal is verified, as far as the verify policy finds
+        // the rows worth it.
+        s->prop.tokens = s->lookup_tokens;
+        s->prop_lookup = true;
       }
     }
     if (async) {
@@ -780,12 +846,13 @@ bool LLMEngine::step() {
     }
     for (size_t r = 0; r < dec.size(); ++r) {
       Sequence* s = dec[r];
+      s->prop_drafted = role[r] == Role::Ready || (role[r] == Role::Draft && !async);
       if (role[r] == Role::Draft) add_to_draft_job(job, *s, n_max[r]);
       if (role[r] == Role::Draft && async) continue;  // verified next step
       ver.push_back(s);
       // A prefetched prop came from a drafting choice; with async prefetch a request verified
       // without drafts did not draft (every request may, so none was chosen out).
-      track.push_back(role[r] == Role::Ready || (!async && drafts[r]));
+      track.push_back(!s->prop_lookup && (role[r] == Role::Ready || (!async && drafts[r])));
     }
   }
   if (async && !job.owners.empty()) {
@@ -813,7 +880,19 @@ bool LLMEngine::step() {
     const DraftProposal& p = ver[r]->prop;
     // A prefetched prop may predate a lower max_reuse_depth (hot reload).
     int n = std::min(static_cast<int>(p.tokens.size()), max_drafts_);
-    if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
+    if (ver[r]->prop_lookup && n > 0) {
+      // The lookup's survival per draft is learned (LookupStats), not a confidence head's:
+      // the dspark policies weigh it like any survival; fixed verifies the drafts that
+      // survive at least kLookupFloor of the time, threshold those above its threshold.
+      constexpr float kLookupFloor = 0.25f;
+      const std::vector<float>& a = ver[r]->lookup_survival;
+      if (opts_.policy == VerifyPolicy::Fixed) {
+        n = static_cast<int>(std::count_if(a.begin(), a.begin() + n, [](float x) { return x >= kLookupFloor; }));
+      } else {
+        survivals[r].assign(a.begin(), a.begin() + n);
+        if (opts_.validation_threshold > 0.0f) n = static_threshold_length(survivals[r], opts_.validation_threshold, n);
+      }
+    } else if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
       if (opts_.synthetic_acceptance_rate > 0.0) {  // benchmark mode: the true survival p^j
         survivals[r].resize(p.tokens.size());
         double a = 1.0;
@@ -986,7 +1065,7 @@ bool LLMEngine::step() {
       } else {
         v = verify_drafts(logits, V, s.prop.tokens, s.prop.q, s.req.sampling, s.rng);
       }
-      if (!s.prop.tokens.empty() &&
+      if (!s.prop.tokens.empty() && !s.prop_lookup &&
           s.health.observe(static_cast<int>(s.prop.tokens.size()), v.accepted) == HealthEvent::FellBack) {
         std::fprintf(stderr, "engine: request %llu: self-healing: %d rounds without an accepted draft, plain decoding for a while (fallback %llu)\n",
                      static_cast<unsigned long long>(s.id), opts_.health.collapse_rounds,
@@ -1006,15 +1085,24 @@ bool LLMEngine::step() {
       std::vector<int32_t> toks(s.prop.tokens.begin(), s.prop.tokens.begin() + v.accepted);
       toks.push_back(v.next_token);
       if (s.draft) {  // appended: a step that skipped drafting did not flush the previous ones
+        const size_t first = s.pending_tokens.size();
         s.pending_tokens.push_back(s.anchor);
         s.pending_tokens.insert(s.pending_tokens.end(), toks.begin(), toks.end() - 1);
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
+        if (s.lookup)
+          s.lookup->commit(s.pending_tokens.data() + first, static_cast<int>(s.pending_tokens.size() - first), lookup_stats_);
       }
+      if (s.prop_drafted) {
+        s.yield.observe(v.accepted + 1, n_tok);
+        pop_yield_.observe(v.accepted + 1, n_tok);
+      }
+      r.lookup = s.prop_lookup;
       s.anchor = v.next_token;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.accepted_draft_tokens += static_cast<uint64_t>(v.accepted);
         stats_.verify_entries++;
+        if (s.prop_lookup) stats_.lookup_rounds++;
       }
       obs.decoding++;
       obs.verified_per_request.push_back(static_cast<int>(s.prop.tokens.size()));
@@ -1051,6 +1139,7 @@ bool LLMEngine::step() {
         s.pending_tokens.insert(s.pending_tokens.end(), e.tokens.begin(), e.tokens.end());
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(n_tok) * feat_);
       }
+      if (s.lookup) s.lookup->commit(e.tokens.data(), n_tok, lookup_stats_);
       s.prefilled += n_tok;
       pool_->commit(s.table, s.prefilled);
       if (s.prefilled == static_cast<int>(s.context.size()) && s.resumed) {

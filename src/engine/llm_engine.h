@@ -195,6 +195,14 @@ struct EngineOptions {
   // switchable at run time (EngineRuntimeConfig::async_prefetch).
   bool async_prefetch = false;
   int async_draft_threads = 0;
+  // --spec-lookup: per request, a suffix lookup over its prompt and output
+  // (spec/lookup_assist.h) proposes drafts for free; a request whose lookup is expected to
+  // yield about what its drafter pass would (relative to that pass's cost) verifies the
+  // lookup instead of drafting, and a request left out of drafting verifies its lookup
+  // when the verify policy finds it worth the rows. Needs a model drafter; off with async
+  // prefetch and in synthetic-acceptance mode. Lossless: only the proposals change.
+  bool lookup_assist = false;
+  LookupAssistOptions lookup;
 };
 
 struct EngineStats {
@@ -222,6 +230,7 @@ struct EngineStats {
   uint64_t preemptions = 0, cache_defrags = 0, defrag_moves = 0;
   uint64_t self_heal_fallbacks = 0;  // requests routed to plain decoding by SpecHealth
   uint64_t prefetch_passes = 0;      // async prefetch: drafter passes overlapped with a forward
+  uint64_t lookup_rounds = 0;        // verify blocks whose drafts came from the lookup assist
   int warmup_prompts = 0;
 };
 
@@ -314,6 +323,11 @@ class LLMEngine {
   // re-probe (all reset when the engine goes idle).
   double pop_gain_ = 0.0, pop_len_ = 0.0;
   uint64_t pop_measured_ = 0;
+  // Lookup assist: how far proposals survived per match length (shared by all requests: a
+  // property of the model and workload), and the population's drafter yield (tokens
+  // committed per drafter round), the prior of requests not measured yet.
+  LookupStats lookup_stats_;
+  DrafterYield pop_yield_;
   uint64_t choice_clock_ = 0, last_probe_ = 0;
   std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 
