@@ -7,7 +7,8 @@
 //    and, given a budget, the block count from device_kv_blocks;
 //  - greedy steps use forward_argmax (ids only) and verification from those ids gives every
 //    request its single-request plain greedy output, for plain decoding and with the DSpark
-//    drafter, whose shared LM head then runs through the model's lm_head();
+//    drafter (and with the lookup assist), whose shared LM head then runs through the
+//    model's lm_head();
 //  - a sampled request in the batch switches the step back to logit rows (no forward_argmax).
 #include <gtest/gtest.h>
 
@@ -165,6 +166,15 @@ TEST(EngineDeviceModel, GreedyStepsTakeIdsAndStayLossless) {
   if (std::find(shared.begin(), shared.end(), "lm_head.weight") != shared.end()) {
     EXPECT_GT(m.head_calls, 0);  // the shared head ran through the (device) model
   }
+  // With the lookup assist, rounds verifying lookup proposals take ids too.
+  DeviceLikeModel m2(*f.model);
+  auto dspark2 = load_drafter(kRoot + "/dspark", m2);
+  o.drafter = dspark2.get();
+  o.lookup_assist = true;
+  LLMEngine engine2(m2, o);
+  const auto got2 = run_all(engine2, {SamplingParams{}});
+  for (size_t i = 0; i < f.prompts.size(); ++i) EXPECT_EQ(got2.at(i), f.plain[i]) << "dspark + lookup, request " << i;
+  EXPECT_EQ(m2.forwards, 0);
 }
 
 TEST(EngineDeviceModel, SampledRequestsBringLogitRowsBack) {
