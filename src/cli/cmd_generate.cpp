@@ -172,7 +172,10 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
       SpsProfileOptions po;
       po.max_batch_tokens = std::max(n, 0) + 1;
       const std::string hash = sps_model_hash(a.model_path, draft_dir);
-      const std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
+      // The device is part of the key: a table profiled with the target on the CPU says
+      // nothing about the GPU (and the GEMM mode / graphs change the GPU's costs too).
+      std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
+      if (device_is_cuda(a.dev)) machine += " | device " + device_summary(a.dev);
       bool profiled = false;
       res.sps = load_or_profile_sps(target, d.get(), hash, machine, default_sps_cache_path(hash), po, &profiled);
       if (profiled)

@@ -47,6 +47,16 @@ std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const
 #endif
 }
 
+void check_device_available(const DeviceArgs& a) {
+  if (!device_is_cuda(a)) return;
+#ifdef DSINFER_HAS_CUDA
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error("--device cuda: " + why);
+#else
+  throw Error("--device cuda: this binary was built without the CUDA backend (configure with -DDSINFER_CUDA=ON)");
+#endif
+}
+
 std::string device_summary(const DeviceArgs& a) {
   if (!device_is_cuda(a)) return "cpu";
 #ifdef DSINFER_HAS_CUDA

@@ -27,6 +27,9 @@ bool device_is_cuda(const DeviceArgs& a);
 // load_model() on the CPU, or the CUDA backend's loader; throws Error (one line) when
 // --device cuda is not available in this binary or on this machine.
 std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const DeviceArgs& a);
+// The same refusal as load_model_on_device, before anything loads (serve checks it before it
+// binds its port): throws Error (one line) when --device cuda is not available.
+void check_device_available(const DeviceArgs& a);
 // One line for the stats output, e.g. "cpu" or "cuda: NVIDIA H200 (...), gemm invariant, graphs on".
 std::string device_summary(const DeviceArgs& a);
 

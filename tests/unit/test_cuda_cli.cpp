@@ -31,10 +31,11 @@ bool gpu_present() {
 
 TEST(CudaCli, DeviceCudaRefusedWithOneLineWithoutGpu) {
   if (gpu_present()) GTEST_SKIP() << "a GPU is present (see DeviceCudaRunsOnGpu)";
-  for (const char* cmd : {"generate", "bench-model", "bench-engine"}) {
+  for (const char* cmd : {"generate", "bench-model", "bench-engine", "serve"}) {
     std::vector<std::string> args = {cmd, "--model-path", kTiny, "--device", "cuda"};
     if (std::string(cmd) == "generate") args.insert(args.end(), {"--prompt-ids", "1,2,3", "--max-tokens", "2"});
     if (std::string(cmd) == "bench-engine") args.insert(args.end(), {"--prompts", "/nonexistent.jsonl", "--policies", "none"});
+    if (std::string(cmd) == "serve") args.insert(args.end(), {"--spec", "none", "--port", "0"});  // refused before binding
     const auto r = run_dsinfer(args);
     EXPECT_NE(r.exit_code, 0) << cmd;
     EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
