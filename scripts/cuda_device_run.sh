@@ -20,7 +20,9 @@
 # ENGINE_CURVE (e.g. "0.5 0.7 0.9"): then none and dspark at concurrency 1 per rate (the
 # tau-driven speedup at batch 1), $OUT/curve_*.json. ENGINE_PROFILE=1: then plain decoding
 # at concurrency ENGINE_PROFILE_C (default 256) with DSINFER_CUDA_PROFILE=1 (eager, per-stage
-# GPU times per forward), $OUT/engine_profile.txt.
+# GPU times per forward), $OUT/engine_profile.txt. "serve": dsinfer serve --device cuda on the
+# embedded target (with its DSpark drafter when the tree carries it: DRAFTERS=dspark for
+# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -115,6 +117,24 @@ for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ 
       --policies none --concurrency ${ENGINE_PROFILE_C:-256} ${ENGINE_ARGS:-} > "$OUT/engine_profile.txt" 2>&1
     echo "== engine profile (rc $?)"; grep -E "C=|forwards|us/forward" "$OUT/engine_profile.txt" | head -40
   fi
+fi
+if [[ " $STEPS " == *" serve "* ]]; then
+  SPEC="--spec none"; [ -e "$R/models/embedded/dspark/model.safetensors" ] && SPEC="--draft-model-path $R/models/embedded/dspark"
+  "$DEV/dsinfer" serve --model-path "$R/models/embedded/target" $SPEC --device cuda --port 18080 > "$OUT/serve.log" 2>&1 &
+  SERVE_PID=$!
+  python3 - <<'PY' 2>&1 | tee "$OUT/serve_completion.txt"
+import json, time, urllib.request
+for _ in range(120):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:18080/health", timeout=2); break
+    except Exception:
+        time.sleep(1)
+req = urllib.request.Request("http://127.0.0.1:18080/v1/completions", method="POST",
+                             data=json.dumps({"prompt": "int main(", "max_tokens": 32, "temperature": 0}).encode(),
+                             headers={"Content-Type": "application/json"})
+print(json.loads(urllib.request.urlopen(req, timeout=60).read()))
+PY
+  kill $SERVE_PID; wait $SERVE_PID; echo "== serve (rc $?)"; tail -5 "$OUT/serve.log"
 fi
 if [[ " $STEPS " == *" hf "* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"
