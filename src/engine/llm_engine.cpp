@@ -123,6 +123,12 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
       blocks <= 0 && opts_.kv_budget_bytes > 0 ? model.device_kv_blocks(bs, opts_.cache_prealloc_ratio) : 0;
   if (device_blocks > 0) {
     blocks = device_blocks;
+    // The drafter's feature store stays in host memory: at most the host budget's share.
+    if (feat_) {
+      const double feature_bytes_per_block = 4.0 * bs * feat_;
+      const double host = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio;
+      blocks = std::min<int64_t>(blocks, static_cast<int64_t>(host / feature_bytes_per_block));
+    }
   } else if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;

@@ -4,7 +4,8 @@
 // (Model::device_kv_blocks) and makes the paged storage (Model::make_paged_kv_cache,
 // counted). Asserted:
 //  - the engine takes its KV storage from the model (one make_paged_kv_cache per engine)
-//    and, given a budget, the block count from device_kv_blocks;
+//    and, given a budget, the block count from device_kv_blocks (capped, with a drafter, by
+//    the host budget's share for the feature store);
 //  - greedy steps use forward_argmax (ids only) and verification from those ids gives every
 //    request its single-request plain greedy output, for plain decoding and with the DSpark
 //    drafter (and with the lookup assist), whose shared LM head then runs through the
@@ -131,6 +132,28 @@ TEST(EngineDeviceModel, KvStorageAndSizingComeFromTheModel) {
   LLMEngine engine(m, o);
   EXPECT_EQ(m.paged_made, 1);
   EXPECT_EQ(engine.stats().kv_blocks_total, DeviceLikeModel::kDeviceBlocks);
+}
+
+// With a drafter, the feature store (captured rows per cached position) is host memory: a
+// device-sized pool is capped by the host budget's share for it.
+TEST(EngineDeviceModel, DeviceSizedPoolRespectsTheHostFeatureStore) {
+  if (!have_target() || !std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped models absent";
+  DeviceLikeModel m(*fixture().model);
+  auto dspark = load_drafter(kRoot + "/dspark", m);
+  const DrafterInfo& info = dspark->info();
+  const int64_t feat = static_cast<int64_t>(info.target_layer_ids.size()) * m.config().hidden_size;
+  EngineOptions o;
+  o.max_running = 2;
+  o.drafter = dspark.get();
+  o.shard_count = 2;
+  o.cache_prealloc_ratio = 0.5;
+  o.kv_budget_bytes = static_cast<uint64_t>(40 * 4 * o.kv_block_size * feat);  // 40 blocks' features, half of it: 20
+  o.calibration = nullptr;
+  LLMEngine capped(m, o);
+  EXPECT_EQ(capped.stats().kv_blocks_total, 20);
+  o.kv_budget_bytes = 1ull << 34;  // roomy host: the device decides
+  LLMEngine roomy(m, o);
+  EXPECT_EQ(roomy.stats().kv_blocks_total, DeviceLikeModel::kDeviceBlocks);
 }
 
 TEST(EngineDeviceModel, GreedyStepsTakeIdsAndStayLossless) {
