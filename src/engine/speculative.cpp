@@ -157,14 +157,16 @@ SpecRound& SpecDecoder::round(int max_new) {
     const LookupChoice ch = choose_lookup(lookup_stats_, lp, costs_, y);
     if (ch.use) {
       prop.tokens.assign(lp.tokens.begin(), lp.tokens.begin() + ch.verify_drafts);
+      prop.confidence = lookup_confidences(lookup_stats_, lp.bucket, ch.verify_drafts);
       r.lookup = true;
     }
   }
   if (seq_ && !r.lookup) {
+    // The cost model times the commit with the pass: the rows piled up over lookup rounds
+    // are paid only when the drafter runs again, and never if the lookup keeps winning.
+    const auto tp = Clock::now();
     flush_commit();
     if (n_max > 0) {
-      // The cost model times the pass alone: the commit is owed whichever proposal runs.
-      const auto tp = Clock::now();
       prop = opts_.drafter->propose(*seq_, anchor_, n_max, params_, rng_);
       if (params_.greedy()) costs_.observe_draft(ms_since(tp));
     }

@@ -8,13 +8,15 @@
 
 namespace dsinfer {
 
-int LookupStats::bucket(int match_len) {
-  if (match_len <= 3) return std::max(match_len, 1) - 1;  // 1, 2, 3
-  if (match_len <= 5) return 3;
-  if (match_len <= 7) return 4;
-  if (match_len <= 11) return 5;
-  if (match_len <= 15) return 6;
-  return 7;
+int LookupStats::bucket(int match_len, bool after_full_match) {
+  int c;
+  if (match_len <= 3) c = std::max(match_len, 1) - 1;  // 1, 2, 3
+  else if (match_len <= 5) c = 3;
+  else if (match_len <= 7) c = 4;
+  else if (match_len <= 11) c = 5;
+  else if (match_len <= 15) c = 6;
+  else c = 7;
+  return after_full_match ? c + kMatchClasses : c;
 }
 
 void LookupStats::observe(int bucket, int accepted, int proposed, double decay) {
@@ -32,9 +34,31 @@ void LookupStats::observe(int bucket, int accepted, int proposed, double decay) 
 
 double LookupStats::survival(int bucket, int k) const {
   if (bucket < 0 || bucket >= kBuckets || k < 1 || k > kMaxDrafts) return 0.0;
+  const size_t i = static_cast<size_t>(k - 1);
+  // Shrunk towards the pooled survival of every bucket (kPrior pseudo-observations): a
+  // bucket seen rarely (early in a sequence, 16 of them) starts at what lookups achieve in
+  // general, not at zero; with no evidence anywhere the pool is 0, so the drafter runs
+  // until lookups have proven themselves.
+  constexpr double kPrior = 2.0;
+  double pool_num = 0, pool_den = 0;
+  for (const Bucket& x : b_) {
+    pool_num += x.num[i];
+    pool_den += x.den[i];
+  }
+  const double pooled = pool_den > 0 ? pool_num / pool_den : 0.0;
   const Bucket& b = b_[static_cast<size_t>(bucket)];
-  // One pessimistic pseudo-observation (a proposal that failed at once).
-  return b.num[static_cast<size_t>(k - 1)] / (b.den[static_cast<size_t>(k - 1)] + 1.0);
+  return (b.num[i] + kPrior * pooled) / (b.den[i] + kPrior);
+}
+
+std::vector<float> lookup_confidences(const LookupStats& stats, int bucket, int n) {
+  std::vector<float> c(static_cast<size_t>(std::max(n, 0)));
+  double prev = 1.0;
+  for (int k = 1; k <= n; ++k) {
+    const double a = stats.survival(bucket, k);
+    c[static_cast<size_t>(k - 1)] = prev > 0 ? static_cast<float>(std::clamp(a / prev, 0.0, 1.0)) : 0.0f;
+    prev = a;
+  }
+  return c;
 }
 
 LookupTracker::LookupTracker(const LookupAssistOptions& opts) : opts_(opts) {
@@ -63,6 +87,7 @@ void LookupTracker::commit(const int32_t* tokens, int n, LookupStats& stats) {
     }
     if (done || p.checked == size) {
       stats.observe(p.bucket, p.checked, size, opts_.decay);
+      streak_ = p.checked == size;
     } else {
       if (keep != i) pending_[keep] = std::move(p);
       keep++;
@@ -106,7 +131,7 @@ const LookupProposal& LookupTracker::propose(int32_t anchor, int max_tokens) {
     out.tokens.push_back(t);
   }
   out.match_len = best_len;
-  out.bucket = LookupStats::bucket(best_len);
+  out.bucket = LookupStats::bucket(best_len, streak_);
   if (pending_.size() >= 64) pending_.erase(pending_.begin());  // a caller that never commits
   pending_.push_back(Pending{h + 1, 0, out.bucket, out.tokens});
   return out;
@@ -173,16 +198,23 @@ LookupChoice choose_lookup(const LookupStats& stats, const LookupProposal& p, co
                            const DrafterYield& yield) {
   LookupChoice c;
   if (p.tokens.empty() || p.bucket < 0) return c;
+  // Verify up to the last draft that survives at least kFloor of the time: on a CPU a verify
+  // row costs a fraction of the forward, and survival inside a loop runs on far longer than
+  // a bucket's average suggests (stopping at the rate-optimal prefix of the averages cost a
+  // fifth of the accepted tokens on held-out code).
+  constexpr double kFloor = 0.1;
   double expected = 1.0, best_expected = 1.0;
+  int len = 0;
   for (int l = 1; l <= static_cast<int>(p.tokens.size()); ++l) {
-    expected += stats.survival(p.bucket, l);
-    const double rate = expected / costs.verify_ms(1 + l);
-    if (rate > c.lookup_rate) {
-      c.lookup_rate = rate;
-      c.verify_drafts = l;
+    const double a = stats.survival(p.bucket, l);
+    expected += a;
+    if (a >= kFloor || l == 1) {
+      len = l;
       best_expected = expected;
     }
   }
+  c.verify_drafts = len;
+  c.lookup_rate = best_expected / costs.verify_ms(1 + len);
   if (!costs.has_draft()) {
     c.use = best_expected >= yield.tokens;
     return c;

@@ -19,11 +19,13 @@
 //     That is the acceptance it has (or would have had) under verification — exactly for
 //     greedy, in distribution for sampling, since a point-mass draft d is accepted with
 //     probability p(d) — so every round teaches LookupStats, whichever proposal ran.
-//   LookupStats keeps, per match-length bucket, decayed counts of how far proposals
-//     survived: survival(b, k) = P(drafts 1..k all accepted | match in bucket b).
-//   choose_lookup() weighs the lookup's expected tokens per millisecond (best verify length,
-//     no drafter pass) against the drafter's recent tokens per millisecond (RoundCosts:
-//     measured drafter and verify times), and says whether to verify the lookup instead.
+//   LookupStats keeps, per bucket (match length x whether the last scored proposal was
+//     right all the way: inside a loop the next one nearly always is too), decayed counts
+//     of how far proposals survived: survival(b, k) = P(drafts 1..k all accepted | b).
+//   choose_lookup() weighs the lookup's expected tokens per millisecond (no drafter pass)
+//     against the drafter's recent tokens per millisecond (RoundCosts: measured drafter
+//     passes, context commits included, and verify times), and says whether to verify the
+//     lookup instead.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -38,17 +40,20 @@ struct LookupAssistOptions {
   double decay = 0.98;       // weight kept by old evidence per new scored proposal (per bucket)
 };
 
-// Acceptance evidence per match-length bucket: 1, 2, 3, 4-5, 6-7, 8-11, 12-15, 16+.
+// Acceptance evidence per bucket: match length 1, 2, 3, 4-5, 6-7, 8-11, 12-15, 16+, each
+// twice: after a scored proposal that fell short, and after one that was right throughout.
 class LookupStats {
  public:
-  static constexpr int kBuckets = 8;
+  static constexpr int kMatchClasses = 8;
+  static constexpr int kBuckets = 2 * kMatchClasses;
   static constexpr int kMaxDrafts = 16;
-  static int bucket(int match_len);
+  static int bucket(int match_len, bool after_full_match = false);
 
   // A scored proposal: `proposed` drafts, the first `accepted` of them right.
   void observe(int bucket, int accepted, int proposed, double decay);
-  // P(drafts 1..k all accepted) for a proposal in `bucket` that holds >= k drafts. Starts at
-  // 0 (one pessimistic pseudo-observation): the lookup earns its rounds with evidence.
+  // P(drafts 1..k all accepted) for a proposal in `bucket` that holds >= k drafts: the
+  // bucket's own evidence shrunk towards the pooled survival of all buckets (two
+  // pseudo-observations); 0 before any proposal was scored.
   double survival(int bucket, int k) const;
   // Scored proposals (decayed) in the bucket.
   double evidence(int bucket) const { return b_[static_cast<size_t>(bucket)].den[0]; }
@@ -60,6 +65,11 @@ class LookupStats {
   };
   std::array<Bucket, kBuckets> b_{};
 };
+
+// Per draft k of a proposal in `bucket`: P(d_k survives | d_1..d_{k-1} did) =
+// survival(b, k) / survival(b, k - 1), in [0, 1] — the form a drafter's confidence head
+// reports, so round logs read the same for both proposal sources.
+std::vector<float> lookup_confidences(const LookupStats& stats, int bucket, int n);
 
 struct LookupProposal {
   std::vector<int32_t> tokens;  // d_1..d_n (n = 0: the suffix never occurred before)
@@ -89,6 +99,7 @@ class LookupTracker {
   LookupAssistOptions opts_;
   std::vector<int32_t> history_;
   std::vector<Pending> pending_;
+  bool streak_ = false;  // the last scored proposal was right throughout
   LookupProposal last_;
 };
 
@@ -139,11 +150,13 @@ struct LookupChoice {
   double drafter_rate = 0.0;    // tokens per ms of a drafter round, from DrafterYield
 };
 
-// Whether to verify the lookup proposal this round instead of running the drafter: the best
-// prefix length l >= 1 maximises (1 + sum_{k<=l} survival(b, k)) / verify_ms(1 + l); the
-// lookup is used when that rate is at least the drafter's (yield.tokens / (draft_ms +
-// verify_ms(yield.verify_len))). Before the drafter has been timed, the lookup is used only
-// when its expected tokens reach the drafter's prior yield.
+// Whether to verify the lookup proposal this round instead of running the drafter. The
+// lookup would verify up to its last draft whose survival(b, k) is at least 0.1, expecting
+// 1 + sum_k survival(b, k) tokens for verify_ms(1 + l); it is used when that rate is at
+// least the drafter's, yield.tokens / (draft_ms + verify_ms(yield.verify_len)), where
+// draft_ms includes committing the context rows piled up since the drafter's last pass.
+// Before the drafter has been timed, the lookup is used only when its expected tokens
+// reach the drafter's prior yield.
 LookupChoice choose_lookup(const LookupStats& stats, const LookupProposal& p, const RoundCosts& costs,
                            const DrafterYield& yield);
 

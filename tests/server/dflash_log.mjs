@@ -54,7 +54,7 @@ const delta = (k) => (after[k] ?? 0) - (before[k] ?? 0);
 
 const fields = ['request_id', 'engine_request_id', 'step', 'batch', 'round', 'start', 'anchor', 'draft_ids',
   'confidences', 'drafted', 'verify_len', 'accepted', 'next_token', 'committed', 'draft_ms', 'verify_ms',
-  'drafted_ids', 'drafted_confidences', 'step_ms'];
+  'drafted_ids', 'drafted_confidences', 'step_ms', 'source'];
 let drafted = 0, verified = 0, accepted = 0;
 for (const l of lines) {
   for (const f of fields) assert.ok(f in l, `field ${f} missing: ${JSON.stringify(l)}`);
@@ -63,7 +63,8 @@ for (const l of lines) {
   assert.equal(l.verify_len, l.draft_ids.length + 1);
   assert.equal(l.drafted, l.drafted_ids.length);
   assert.deepEqual(l.draft_ids, l.drafted_ids.slice(0, l.draft_ids.length), 'verified drafts are a prefix of the drafted');
-  assert.equal(l.drafted_confidences.length, l.drafted, 'the DSpark drafter has a confidence head');
+  assert.equal(l.drafted_confidences.length, l.drafted, 'the DSpark drafter has a confidence head (lookup rounds report theirs)');
+  assert.ok(['drafter', 'lookup', 'none'].includes(l.source), `source ${l.source}`);
   assert.equal(l.confidences.length, l.draft_ids.length);
   l.drafted_confidences.forEach((c) => assert.ok(c >= 0 && c <= 1, `confidence ${c}`));
   assert.ok(l.accepted >= 0 && l.accepted <= l.draft_ids.length);

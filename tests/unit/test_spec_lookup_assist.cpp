@@ -59,11 +59,20 @@ TEST(LookupAssist, ScoresEveryProposalAgainstWhatIsCommitted) {
   EXPECT_EQ(s.evidence(p.bucket), 0.0);  // not decided yet: everything so far matched
   commit(t, s, {5, 7});
   EXPECT_DOUBLE_EQ(s.evidence(p.bucket), 1.0);
-  // One pessimistic pseudo-observation: survival(k) = accepted>=k / (proposed>=k + 1).
-  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 1), 0.5);
-  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 2), 0.5);
+  // The only evidence anywhere: the pooled prior is the bucket itself.
+  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 1), 1.0);
+  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 2), 1.0);
   EXPECT_DOUBLE_EQ(s.survival(p.bucket, 3), 0.0);
   EXPECT_DOUBLE_EQ(s.survival(p.bucket, 4), 0.0);
+  // Another bucket with no evidence of its own starts at the pooled survival; with its own
+  // evidence it moves away from it (two pseudo-observations of the pool).
+  const int other = LookupStats::bucket(16);
+  EXPECT_DOUBLE_EQ(s.survival(other, 1), 1.0);
+  s.observe(other, 0, 4, 1.0);
+  s.observe(other, 0, 4, 1.0);
+  // Pool at k = 1: 1 of 3 proposals; the other bucket: (0 + 2/3) / (2 + 2).
+  EXPECT_NEAR(s.survival(other, 1), (2.0 / 3.0) / 4.0, 1e-12);
+  EXPECT_DOUBLE_EQ(LookupStats{}.survival(0, 1), 0.0);  // nothing scored anywhere
 }
 
 TEST(LookupAssist, AFullyRightProposalIsScoredWhenItsLastTokenIsCommitted) {
@@ -74,7 +83,12 @@ TEST(LookupAssist, AFullyRightProposalIsScoredWhenItsLastTokenIsCommitted) {
   ASSERT_EQ(p.tokens, (std::vector<int32_t>{4, 1}));
   commit(t, s, {3, 4, 1});
   EXPECT_DOUBLE_EQ(s.evidence(p.bucket), 1.0);
-  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 2), 0.5);
+  EXPECT_DOUBLE_EQ(s.survival(p.bucket, 2), 1.0);
+  // The next proposal follows one that was right throughout: it is scored apart (inside a
+  // loop the next proposal is nearly always right too).
+  const LookupProposal q = t.propose(2, 2);
+  EXPECT_EQ(q.bucket, LookupStats::bucket(q.match_len, true));
+  EXPECT_GE(q.bucket, LookupStats::kMatchClasses);
   // Decay: older evidence weighs less, so a bucket follows a sequence that changes regime.
   LookupStats d;
   for (int i = 0; i < 50; ++i) d.observe(2, 4, 4, 0.9);
@@ -99,7 +113,7 @@ TEST(LookupAssist, ChoosesTheLookupOnlyWhereItOutYieldsTheDrafter) {
   ASSERT_EQ(strong.bucket, 5);
   const LookupChoice a = choose_lookup(s, strong, c, y);
   EXPECT_TRUE(a.use);
-  // Verifying past the 6 drafts that always survive only adds cost: the best prefix is 6.
+  // Drafts 7 and 8 never survive: verification stops after the 6 that do.
   EXPECT_EQ(a.verify_drafts, 6);
   EXPECT_GT(a.lookup_rate, a.drafter_rate);
 
