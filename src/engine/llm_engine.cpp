@@ -105,12 +105,14 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   const int bs = opts_.kv_block_size;
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
+  const DType kv_dtype = model.kv_dtype();  // BF16 in bf16 matmul precision: half the bytes per block
   if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;
     layout.n_kv_heads = mc.num_key_value_heads;
     layout.head_dim = mc.head_dim;
     layout.block_size = bs;
+    layout.dtype = kv_dtype;
     blocks = blocks_for_budget(opts_.kv_budget_bytes, opts_.cache_prealloc_ratio, layout);
     // With a drafter each block also keeps its positions' captured rows (feature store):
     // the budget covers both.
@@ -128,7 +130,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pc.shard_count = opts_.shard_count;
   pool_ = std::make_unique<BlockPool>(pc);
   auto paged = std::make_unique<PagedKVCache>(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, bs, blocks,
-                                              opts_.max_running, max_seq_tokens_);
+                                              opts_.max_running, max_seq_tokens_, kv_dtype);
   paged_ = paged.get();
   kv_ = std::move(paged);
   // Uninitialised (no fill): pages are committed as blocks are written.
