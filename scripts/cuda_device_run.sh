@@ -11,7 +11,18 @@
 # gemm:graphs[:pdl] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
 # DSINFER_CUDA_PDL=1, programmatic dependent launch on). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
-# adds bench-model --verify-blocks to every variant.
+# adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
+# the same model with a random DSpark drafter (scripts/make_random_dspark.py, drafter on the
+# CPU) in the synthetic-acceptance mode: ENGINE_POLICIES (default none,dspark) x
+# ENGINE_CONCURRENCY (default 1,8,32,128,256) x ENGINE_ACCEPT (default 0.8; a list runs one
+# grid per rate), ENGINE_TOKENS new tokens per request (default 64), ENGINE_PROMPT prompt
+# tokens (default 64; 256 distinct random prompts); JSON per rate in $OUT/engine_*.json.
+# ENGINE_CURVE (e.g. "0.5 0.7 0.9"): then none and dspark at concurrency 1 per rate (the
+# tau-driven speedup at batch 1), $OUT/curve_*.json. ENGINE_PROFILE=1: then plain decoding
+# at concurrency ENGINE_PROFILE_C (default 256) with DSINFER_CUDA_PROFILE=1 (eager, per-stage
+# GPU times per forward), $OUT/engine_profile.txt. "serve": dsinfer serve --device cuda on the
+# embedded target (with its DSpark drafter when the tree carries it: DRAFTERS=dspark for
+# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -32,7 +43,7 @@ cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
 date -u | tee "$OUT/env.txt"
 
 # The random 4B model takes minutes of CPU: start it first, in the background.
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
@@ -42,11 +53,11 @@ if [[ " $STEPS " == *" env "* ]]; then
     "$DEV/dsinfer" check-env; echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
 fi
 if [[ " $STEPS " == *" tests "* ]]; then
-  for t in test_cuda_kernels test_cuda_model test_cuda_cli; do
+  for t in test_cuda_kernels test_cuda_model test_cuda_cli test_cuda_engine; do
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
@@ -79,6 +90,51 @@ if [[ " $STEPS " == *" ncu "* ]]; then
     --metrics gpu__time_duration.sum -s 657 -c 219 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda \
     --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 2 --repeat 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   echo "== ncu"; python3 "$R/scripts/ncu_summary.py" "$OUT/ncu.csv" || tail -5 "$OUT/ncu.err"
+fi
+if [[ " $STEPS " == *" engine "* ]]; then
+  # Random DSpark drafter for the 4B shape, and random prompt ids (no tokenizer in /tmp/q4b).
+  python3 "$R/scripts/make_random_dspark.py" /tmp/q4b /tmp/q4b-dspark ${ENGINE_DRAFT_BLOCK:+--block-size $ENGINE_DRAFT_BLOCK} | tee -a "$OUT/env.txt"
+  python3 -c "
+import json, random
+r = random.Random(1)
+for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ in range(${ENGINE_PROMPT:-64})]}))" > /tmp/q4b_prompts.jsonl
+  for p in ${ENGINE_ACCEPT:-0.8}; do
+    timeout ${ENGINE_TIMEOUT:-400} "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --draft-model-path /tmp/q4b-dspark --device cuda \
+      --prompts /tmp/q4b_prompts.jsonl --prompt-tokens ${ENGINE_PROMPT:-64} --max-tokens ${ENGINE_TOKENS:-64} --rounds-per-slot 1 \
+      --policies ${ENGINE_POLICIES:-none,dspark} --concurrency ${ENGINE_CONCURRENCY:-1,8,32,128,256} \
+      --synthetic-acceptance-rate $p ${ENGINE_ARGS:-} --json > "$OUT/engine_$p.json" 2> "$OUT/engine_$p.err"
+    echo "== bench-engine, synthetic acceptance $p (rc $?)"; grep -E "bench-engine|C=" "$OUT/engine_$p.err" | tail -20
+  done
+  for p in ${ENGINE_CURVE:-}; do
+    timeout 120 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --draft-model-path /tmp/q4b-dspark --device cuda \
+      --prompts /tmp/q4b_prompts.jsonl --prompt-tokens ${ENGINE_PROMPT:-64} --max-tokens ${ENGINE_TOKENS:-64} --rounds-per-slot 1 \
+      --policies none,dspark --concurrency 1 --synthetic-acceptance-rate $p ${ENGINE_ARGS:-} --json > "$OUT/curve_$p.json" 2> "$OUT/curve_$p.err"
+    echo "== batch 1, synthetic acceptance $p (rc $?)"; grep -E "C=" "$OUT/curve_$p.err" | tail -2
+  done
+  if [ "${ENGINE_PROFILE:-0}" = 1 ]; then
+    DSINFER_CUDA_PROFILE=1 timeout 120 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --device cuda \
+      --prompts /tmp/q4b_prompts.jsonl --prompt-tokens ${ENGINE_PROMPT:-64} --max-tokens ${ENGINE_TOKENS:-64} --rounds-per-slot 1 \
+      --policies none --concurrency ${ENGINE_PROFILE_C:-256} ${ENGINE_ARGS:-} > "$OUT/engine_profile.txt" 2>&1
+    echo "== engine profile (rc $?)"; grep -E "C=|forwards|us/forward" "$OUT/engine_profile.txt" | head -40
+  fi
+fi
+if [[ " $STEPS " == *" serve "* ]]; then
+  SPEC="--spec none"; [ -e "$R/models/embedded/dspark/model.safetensors" ] && SPEC="--draft-model-path $R/models/embedded/dspark"
+  "$DEV/dsinfer" serve --model-path "$R/models/embedded/target" $SPEC --device cuda --port 18080 > "$OUT/serve.log" 2>&1 &
+  SERVE_PID=$!
+  python3 - <<'PY' 2>&1 | tee "$OUT/serve_completion.txt"
+import json, time, urllib.request
+for _ in range(120):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:18080/health", timeout=2); break
+    except Exception:
+        time.sleep(1)
+req = urllib.request.Request("http://127.0.0.1:18080/v1/completions", method="POST",
+                             data=json.dumps({"prompt": "int main(", "max_tokens": 32, "temperature": 0}).encode(),
+                             headers={"Content-Type": "application/json"})
+print(json.loads(urllib.request.urlopen(req, timeout=60).read()))
+PY
+  kill $SERVE_PID; wait $SERVE_PID; echo "== serve (rc $?)"; tail -5 "$OUT/serve.log"
 fi
 if [[ " $STEPS " == *" hf "* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"

@@ -16,11 +16,19 @@
 // --enable-cache-defrag, --cache-warmup-file (prompts prefilled into the prefix cache at
 // each engine's start). Per cell the pool's hit ratio, preemptions and peak blocks in use
 // are reported. --dspark-scheduler-policy picks the admission order (engine/scheduler.h).
+//
+// --device cuda (a build with DSINFER_CUDA=ON): the target runs on the GPU with its paged KV
+// pool in device memory (--cache-prealloc-ratio then takes that share of the device's free
+// memory), greedy steps bring back only argmax ids, the drafter runs on the CPU. A model
+// directory without tokenizer.json takes only {"prompt_ids": [...]} prompts (random-weight
+// checkpoints of make-random-model).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -29,6 +37,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/llm_engine.h"
@@ -48,6 +57,7 @@ namespace {
 struct BenchEngineArgs {
   std::string matmul_precision = "auto";
   std::string model_path, draft_model_path, prompts_path;
+  DeviceArgs dev;  // --device cpu|cuda, --cuda-gemm, --cuda-graphs
   std::string concurrency = "1,4,16,64,128";
   std::string policies = "none,fixed,threshold,dspark";
   int max_tokens = 64, prompt_tokens = 256, rounds_per_slot = 2, threads = 0;
@@ -98,15 +108,30 @@ std::vector<int> parse_int_list(const std::string& s, const char* flag) {
   return v;
 }
 
-// A --policies entry: the verify policy and whether it ends in "+prefetch" (async prefetch).
+// A --policies entry: the verify policy, whether it ends in "+prefetch" (async prefetch) and
+// whether in "+lookup" (the lookup assist, EngineOptions::lookup_assist).
 struct PolicyEntry {
   std::string policy;
   bool prefetch = false;
+  bool lookup = false;
 };
 PolicyEntry parse_policy_entry(const std::string& entry) {
-  const std::string suffix = "+prefetch";
-  const bool pre = entry.size() > suffix.size() && entry.compare(entry.size() - suffix.size(), suffix.size(), suffix) == 0;
-  return {pre ? entry.substr(0, entry.size() - suffix.size()) : entry, pre};
+  PolicyEntry e;
+  e.policy = entry;
+  auto strip = [&e](const std::string& suffix) {
+    const std::string& s = e.policy;
+    if (s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      e.policy = s.substr(0, s.size() - suffix.size());
+      return true;
+    }
+    return false;
+  };
+  // In either order: dspark+lookup+prefetch, dspark+prefetch+lookup.
+  for (int i = 0; i < 2; ++i) {
+    if (strip("+prefetch")) e.prefetch = true;
+    if (strip("+lookup")) e.lookup = true;
+  }
+  return e;
 }
 
 struct Cell {
@@ -159,16 +184,23 @@ int run_bench_engine(const BenchEngineArgs& a) {
   {
     std::stringstream ss(a.policies);
     for (std::string p; std::getline(ss, p, ',');) {
-      const auto [base, pre] = parse_policy_entry(p);
+      const auto [base, pre, lookup] = parse_policy_entry(p);
       if (base != "none" && base != "fixed" && base != "threshold" && base != "dspark" && base != "dspark-async")
-        throw Error("--policies: unknown policy '" + p + "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch)");
+        throw Error("--policies: unknown policy '" + p +
+                    "' (none, fixed, threshold, dspark, dspark-async; +prefetch for async prefetch, +lookup for the lookup assist)");
       if (base == "none" && pre) throw Error("--policies: 'none+prefetch': plain decoding has no drafts to prefetch");
+      if (base == "none" && lookup) throw Error("--policies: 'none+lookup': the lookup assist needs a model drafter");
       policies.push_back(p);
     }
   }
   parse_scheduler_policy(a.scheduler_policy);  // refuse a bad name before loading anything
-  auto model = load_model(a.model_path);
-  auto tok = Tokenizer::load(a.model_path);
+  auto model = load_model_on_device(a.model_path, a.dev);
+  if (device_is_cuda(a.dev)) std::fprintf(stderr, "bench-engine: target on %s\n", device_summary(a.dev).c_str());
+  // Text prompts need the tokenizer; a directory without one takes prompt_ids only.
+  std::unique_ptr<Tokenizer> tok;
+  if (std::filesystem::exists(std::filesystem::path(a.model_path) / "tokenizer.json")) tok = Tokenizer::load(a.model_path);
+  std::function<std::vector<int32_t>(const std::string&)> encode;  // none: text prompts are refused by name
+  if (tok) encode = [&](const std::string& t) { return tok->encode(t, false); };
   std::unique_ptr<Drafter> drafter;
   std::optional<Calibration> cal;
   const bool needs_drafter = std::any_of(policies.begin(), policies.end(), [](auto& p) { return p != "none"; });
@@ -178,15 +210,13 @@ int run_bench_engine(const BenchEngineArgs& a) {
     cal = load_calibration(a.draft_model_path);
   }
   // The same JSON-lines format as `dsinfer calibrate`: {"prompt": text} or {"prompt_ids": [...]}.
-  std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(
-      a.prompts_path, model->config().vocab_size, [&](const std::string& t) { return tok->encode(t, false); });
+  std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(a.prompts_path, model->config().vocab_size, encode);
   for (auto& ids : prompts)
     if (static_cast<int>(ids.size()) > a.prompt_tokens) ids.resize(static_cast<size_t>(a.prompt_tokens));
   std::vector<std::vector<int32_t>> warmup;
   if (!a.cache_warmup_file.empty()) {
     try {
-      warmup = read_calibration_prompts(a.cache_warmup_file, model->config().vocab_size,
-                                        [&](const std::string& t) { return tok->encode(t, false); });
+      warmup = read_calibration_prompts(a.cache_warmup_file, model->config().vocab_size, encode);
     } catch (const Error& e) {  // the reader names its usual flag, --prompts
       std::string msg = e.what();
       if (msg.rfind("--prompts", 0) == 0) msg.replace(0, 9, "--cache-warmup-file");
@@ -201,8 +231,12 @@ int run_bench_engine(const BenchEngineArgs& a) {
     throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(a.cache_prealloc_ratio));
   if (a.prealloc_given) {
     kv_budget = available_memory_bytes();
-    std::fprintf(stderr, "bench-engine: KV budget %.1f GiB available x --cache-prealloc-ratio %.2f\n",
-                 static_cast<double>(kv_budget) / (1ull << 30), a.cache_prealloc_ratio);
+    if (model->device_kv_blocks(a.kv_block_size, a.cache_prealloc_ratio) > 0)
+      std::fprintf(stderr, "bench-engine: KV pool in device memory: --cache-prealloc-ratio %.2f of the free device memory\n",
+                   a.cache_prealloc_ratio);
+    else
+      std::fprintf(stderr, "bench-engine: KV budget %.1f GiB available x --cache-prealloc-ratio %.2f\n",
+                   static_cast<double>(kv_budget) / (1ull << 30), a.cache_prealloc_ratio);
   }
 
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
@@ -226,10 +260,11 @@ int run_bench_engine(const BenchEngineArgs& a) {
   for (int rep = 0; rep < a.repeat; ++rep)
   for (const std::string& entry : policies)
     for (int c : levels) {
-      const auto [policy, prefetch_entry] = parse_policy_entry(entry);
+      const auto [policy, prefetch_entry, lookup_entry] = parse_policy_entry(entry);
       EngineOptions o;
       if (policy != "none") {
         o.async_prefetch = prefetch_entry || a.async_prefetch;
+        o.lookup_assist = lookup_entry;
         o.async_draft_threads = a.async_draft_threads;
       }
       o.max_running = c;
@@ -287,7 +322,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       while (engine.step()) peak = std::max<int64_t>(peak, engine.stats().kv_blocks_used);
       const double secs = std::chrono::duration<double>(clock::now() - t0).count();
       Cell cell;
-      cell.policy = policy + (o.async_prefetch ? "+prefetch" : "");
+      cell.policy = policy + (o.lookup_assist ? "+lookup" : "") + (o.async_prefetch ? "+prefetch" : "");
       cell.concurrency = c;
       cell.requests = n;
       cell.seconds = secs;
@@ -320,6 +355,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   if (a.json) {
     nlohmann::ordered_json j;
     j["repeat"] = a.repeat;
+    j["device"] = device_summary(a.dev);
     j["threads"] = ThreadPool::global().size();
     j["max_tokens"] = a.max_tokens;
     if (a.synthetic_acceptance > 0) j["synthetic_acceptance_rate"] = a.synthetic_acceptance;  // benchmark mode: not the target's output
@@ -338,6 +374,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   if (a.synthetic_acceptance > 0)
     std::printf("SYNTHETIC ACCEPTANCE %.3f: drafts accepted at random, output is not the target's (benchmark mode)\n",
                 a.synthetic_acceptance);
+  if (device_is_cuda(a.dev)) std::printf("device %s\n", device_summary(a.dev).c_str());
   std::printf("threads %d, %d new tokens per request, prompts <= %d tokens%s\n\n", ThreadPool::global().size(),
               a.max_tokens, a.prompt_tokens,
               a.repeat > 1 ? (", median of " + std::to_string(a.repeat) + " interleaved runs (range in brackets)").c_str() : "");
@@ -365,7 +402,9 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
   sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
-  sub->add_option("--policies", a->policies, "Comma list: none, fixed, threshold, dspark, dspark-async");
+  sub->add_option("--policies", a->policies,
+                  "Comma list: none, fixed, threshold, dspark, dspark-async; a suffix +lookup adds the lookup assist, "
+                  "+prefetch async prefetch");
   sub->add_option("--max-tokens", a->max_tokens, "New tokens per request")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--prompt-tokens", a->prompt_tokens, "Prompts cut to at most this many tokens")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--repeat", a->repeat, "Run the whole grid this many times, interleaved; report medians")
@@ -374,6 +413,7 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--threshold", a->threshold, "Validation threshold of the threshold policy")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   add_matmul_precision_option(sub, &a->matmul_precision);
+  add_device_options(sub, &a->dev, /*with_cache_prealloc=*/false);
   sub->add_option("--kv-block-size", a->kv_block_size, "Tokens per KV block of the paged pool")->check(CLI::Range(1, 4096));
   sub->add_option("--kv-blocks", a->kv_blocks, "KV pool size in blocks (default: max concurrency full-length requests)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

@@ -67,6 +67,7 @@ struct GenerateArgs {
   float validation_threshold = -1;   // -1: unset
   std::string spec_schedule;         // "": the method's default (see resolve_schedule)
   std::string sps_table_path;        // --sps-table: a fixed SPS(B) table instead of profiling
+  std::string spec_lookup;           // --spec-lookup on|off; "": on with a model drafter
   DeviceArgs dev;                    // --device cpu|cuda and the CUDA options
 };
 
@@ -101,6 +102,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
       throw Error("--spec-schedule " + a.spec_schedule + ": needs --spec dspark (plain decoding verifies nothing)");
     if (!a.sps_table_path.empty()) throw Error("--sps-table: needs --spec dspark");
+    if (a.spec_lookup == "on") throw Error("--spec-lookup on: needs --spec dflash or dspark (a model drafter to assist)");
     return nullptr;
   }
   if (a.max_reuse_depth >= 0) opts.max_reuse_depth = a.max_reuse_depth;
@@ -111,6 +113,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
       throw Error("--spec-schedule " + a.spec_schedule + ": not used by --spec ngram (no confidences)");
     if (!a.sps_table_path.empty()) throw Error("--sps-table: not used by --spec ngram");
+    if (a.spec_lookup == "on") throw Error("--spec-lookup on: needs --spec dflash or dspark (--spec ngram is a lookup)");
     NgramOptions no;
     if (a.ngram_max > 0) no.max_ngram = a.ngram_max;
     if (a.ngram_min > 0) no.min_ngram = a.ngram_min;
@@ -134,6 +137,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   std::unique_ptr<Drafter> d = load_drafter(draft_dir, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
+  opts.lookup_assist = a.spec_lookup != "off";
   const std::string schedule = resolve_schedule(a, method, d.get());
   if (schedule == "fixed") {
     if (a.validation_threshold > 0.0f)
@@ -168,7 +172,10 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
       SpsProfileOptions po;
       po.max_batch_tokens = std::max(n, 0) + 1;
       const std::string hash = sps_model_hash(a.model_path, draft_dir);
-      const std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
+      // The device is part of the key: a table profiled with the target on the CPU says
+      // nothing about the GPU (and the GEMM mode / graphs change the GPU's costs too).
+      std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
+      if (device_is_cuda(a.dev)) machine += " | device " + device_summary(a.dev);
       bool profiled = false;
       res.sps = load_or_profile_sps(target, d.get(), hash, machine, default_sps_cache_path(hash), po, &profiled);
       if (profiled)
@@ -298,6 +305,7 @@ int run_generate(const GenerateArgs& a) {
                  {"acceptance", acc},
                  {"draft_ms", r.spec.draft_ms},
                  {"verify_ms", r.spec.verify_ms},
+                 {"lookup_rounds", r.spec.lookup_rounds},
                  {"tokens_per_second", decode_tps}};
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", s.c_str());
@@ -317,9 +325,9 @@ int run_generate(const GenerateArgs& a) {
                     static_cast<double>(r.spec.accepted[k]) / static_cast<double>(r.spec.proposed[k]));
       acc += buf;
     }
-    std::fprintf(stderr, "spec %s: %d rounds, tau %.3f tokens/round | accepted by draft position: %s | draft %.1f ms, verify %.1f ms | %.2f tokens/s\n",
-                 method.c_str(), r.spec.rounds, r.spec.tau(), acc.empty() ? "no drafts" : acc.c_str(), r.spec.draft_ms,
-                 r.spec.verify_ms, decode_tps);
+    std::fprintf(stderr, "spec %s: %d rounds (%d lookup), tau %.3f tokens/round | accepted by draft position: %s | draft %.1f ms, verify %.1f ms | %.2f tokens/s\n",
+                 method.c_str(), r.spec.rounds, r.spec.lookup_rounds, r.spec.tau(), acc.empty() ? "no drafts" : acc.c_str(),
+                 r.spec.draft_ms, r.spec.verify_ms, decode_tps);
   }
   return 0;
 }
@@ -369,6 +377,10 @@ Runner register_generate(CLI::App& app) {
       ->check(CLI::IsMember({"fixed", "threshold", "dspark"}));
   sub->add_option("--sps-table", a->sps_table_path,
                   "dspark schedule: read SPS(B) from this JSON table instead of profiling at start-up");
+  sub->add_option("--spec-lookup", a->spec_lookup,
+                  "dflash/dspark: let a suffix lookup in the prompt and output stand in for the drafter in rounds "
+                  "where it is expected to yield more tokens per millisecond (default on; lossless)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--log-dflash-details", a->details_path, "Write one JSON line per speculative round to FILE");
   sub->add_option("--ngram-max", a->ngram_max, "ngram: longest suffix looked up (default 3)")->check(CLI::Range(1, 64));
   sub->add_option("--ngram-min", a->ngram_min, "ngram: shortest suffix looked up (default 1)")->check(CLI::Range(1, 64));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device_option.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -47,6 +48,7 @@ namespace {
 
 struct ServeArgs {
   std::string model_path, draft_model_path, served_model_name;
+  DeviceArgs dev;  // --device cpu|cuda (the target and its paged KV pool), --cuda-gemm, --cuda-graphs
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
@@ -58,6 +60,7 @@ struct ServeArgs {
   int window_size = -1;
   std::string admission_policy = "fcfs";
   bool async_prefetch = false;  // --dflash-enable-async-prefetch / --disable-dflash-async-prefetch
+  std::string spec_lookup;      // --spec-lookup on|off; "": on with a model drafter
   double synthetic_acceptance = -1.0;  // refused: a benchmark mode whose output is not the target's
   std::string matmul_precision = "auto";
   int threads = 0;
@@ -152,7 +155,8 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
     throw Error("--spec " + method + ": needs --draft-model-path");
   std::fprintf(stderr, "serve: loading %s%s%s\n", model_path.c_str(), draft_path.empty() ? "" : " + drafter ",
                draft_path.c_str());
-  L.model = load_model(model_path);
+  L.model = load_model_on_device(model_path, a.dev);
+  if (device_is_cuda(a.dev)) std::fprintf(stderr, "serve: target on %s\n", device_summary(a.dev).c_str());
   if (!file_exists(model_path + "/tokenizer.json"))
     throw Error(model_path + "/tokenizer.json: not found (the server needs the tokenizer)");
   L.tok = Tokenizer::load(model_path);
@@ -252,6 +256,9 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
   server::ServerMetrics* m = &metrics;
   o.on_step = [m](const StepObservation& obs) { m->observe_step(obs); };
   o.async_prefetch = a.async_prefetch;
+  if (a.spec_lookup == "on" && draft_path.empty())
+    throw Error("--spec-lookup on: needs a model drafter (--spec dflash or dspark with --draft-model-path)");
+  o.lookup_assist = !draft_path.empty() && a.spec_lookup != "off";
   if (details) o.on_rounds = [details](const std::vector<EngineRound>& rounds) { details->write_step(rounds); };
   L.engine = std::make_unique<LLMEngine>(*L.model, o);
 
@@ -279,6 +286,7 @@ int run_serve(const ServeArgs& a) {
                 "not the target's); a server never serves it");
   if (a.threads > 0) ThreadPool::set_global_threads(a.threads);
   apply_matmul_precision(a.matmul_precision);
+  check_device_available(a.dev);  // refused by name before the port is bound
 
   server::HttpOptions ho;
   ho.host = a.host;
@@ -411,8 +419,13 @@ Runner register_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--dflash-enable-async-prefetch,!--disable-dflash-async-prefetch", a->async_prefetch,
                 "Draft one cohort of requests while the target verifies the other (a second thread; default off)");
+  sub->add_option("--spec-lookup", a->spec_lookup,
+                  "With a DFlash/DSpark drafter: a suffix lookup over each request's prompt and output stands in for "
+                  "its drafter pass when expected to yield more (default on; lossless)")
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance, "Benchmark-only mode of bench-engine: rejected");
   add_matmul_precision_option(sub, &a->matmul_precision);
+  add_device_options(sub, &a->dev, /*with_cache_prealloc=*/false);
   sub->add_option("--threads", a->threads, "Worker threads (default: all hardware threads)")->check(CLI::Range(1, 1024));
   sub->add_option("--max-running", a->max_running, "Requests decoding at once (KV slots)")->check(CLI::Range(1, 4096));
   sub->add_option("--max-model-len", a->max_model_len, "Prompt + generated tokens per request (default min(model, 4096))")
@@ -441,7 +454,8 @@ Runner register_serve(CLI::App& app) {
   sub->add_option("--kv-blocks", a->kv_blocks, "KV blocks in the pool (default: max-running full-length requests)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   sub->add_option("--cache-prealloc-ratio", a->cache_prealloc_ratio,
-                  "Size the KV pool as this share of the memory available after loading the weights")
+                  "Size the KV pool as this share of the memory available after loading the weights (with "
+                  "--device cuda: of the device's free memory)")
       ->check(CLI::Range(0.0, 1.0));
   sub->add_option("--dspark-shard-count", a->shard_count, "Independently locked shards of the KV pool")
       ->check(CLI::Range(1, 1024));

@@ -10,7 +10,7 @@
 
 namespace dsinfer::cli {
 
-void add_device_options(CLI::App* sub, DeviceArgs* dest) {
+void add_device_options(CLI::App* sub, DeviceArgs* dest, bool with_cache_prealloc) {
   sub->add_option("--device", dest->device, "Where the target model runs: cpu, or cuda (binaries built with DSINFER_CUDA=ON)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -22,10 +22,11 @@ void add_device_options(CLI::App* sub, DeviceArgs* dest) {
   sub->add_option("--cuda-graphs", dest->cuda_graphs, "--device cuda: replay CUDA graphs for steps of <= 256 rows")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
-  sub->add_option("--cache-prealloc-ratio", dest->cache_prealloc_ratio,
-                  "--device cuda: share of free device memory the KV cache may take, (0, 1]")
-      ->check(CLI::Range(0.0, 1.0))
-      ->capture_default_str();
+  if (with_cache_prealloc)
+    sub->add_option("--cache-prealloc-ratio", dest->cache_prealloc_ratio,
+                    "--device cuda: share of free device memory the KV cache may take, (0, 1]")
+        ->check(CLI::Range(0.0, 1.0))
+        ->capture_default_str();
 }
 
 bool device_is_cuda(const DeviceArgs& a) { return a.device == "cuda"; }
@@ -41,6 +42,16 @@ std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const
   o.use_graphs = a.cuda_graphs == "on";
   o.cache_prealloc_ratio = a.cache_prealloc_ratio;
   return load_qwen3_cuda(model_path, o);
+#else
+  throw Error("--device cuda: this binary was built without the CUDA backend (configure with -DDSINFER_CUDA=ON)");
+#endif
+}
+
+void check_device_available(const DeviceArgs& a) {
+  if (!device_is_cuda(a)) return;
+#ifdef DSINFER_HAS_CUDA
+  const std::string why = cuda_unavailable_reason();
+  if (!why.empty()) throw Error("--device cuda: " + why);
 #else
   throw Error("--device cuda: this binary was built without the CUDA backend (configure with -DDSINFER_CUDA=ON)");
 #endif

@@ -11,7 +11,7 @@
 #include "engine/draft_worker.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
-#include "model/paged_kv_cache.h"
+#include "model/block_kv_cache.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/prefix_scheduler.h"
@@ -58,6 +58,15 @@ struct LLMEngine::Sequence {
   // Async prefetch: `prop` holds drafts for the current anchor proposed during an earlier
   // step (by the DraftWorker); this step verifies them instead of drafting.
   bool prop_ready = false;
+  // Lookup assist (EngineOptions::lookup_assist): the request's history and proposals, this
+  // step's proposal (its drafts and their survival estimates), whether `prop` is that
+  // proposal, and the request's drafter yield (what a drafter round commits).
+  std::unique_ptr<LookupTracker> lookup;
+  std::vector<int32_t> lookup_tokens;
+  std::vector<float> lookup_survival;
+  bool prop_lookup = false;
+  bool prop_drafted = false;  // `prop` came from a drafter pass (its round feeds `yield`)
+  DrafterYield yield;
   std::vector<int32_t> step_ids;
   std::string step_text;
 };
@@ -89,6 +98,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   } else if (opts_.policy != VerifyPolicy::Fixed) {
     throw Error("engine: verify policies other than fixed need a drafter");
   }
+  if (opts_.lookup_assist && !(opts_.drafter && opts_.drafter->info().kind != "ngram"))
+    throw Error("--spec-lookup: needs a model drafter (dflash or dspark)");
   if (opts_.async_prefetch && !opts_.drafter)
     throw Error("--dflash-enable-async-prefetch: needs a drafter (plain decoding has nothing to prefetch)");
   if (opts_.async_draft_threads < 0)
@@ -98,7 +109,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   if (opts_.max_batch_tokens < max_drafts_ + 1)
     throw Error("engine: max_batch_tokens (" + std::to_string(opts_.max_batch_tokens) +
                 ") must hold one verify block (" + std::to_string(max_drafts_ + 1) + " tokens)");
-  // The paged KV cache: a BlockPool (ids, prefix cache) over PagedKVCache storage.
+  // The paged KV cache: a BlockPool (ids, prefix cache) over the storage the model makes
+  // (host PagedKVCache on the CPU, a device pool for the CUDA model).
   const ModelConfig& mc = model.config();
   if (opts_.kv_block_size < 1) throw Error("kv_block_size: must be >= 1, got " + std::to_string(opts_.kv_block_size));
   if (opts_.shard_count < 1) throw Error("shard_count: must be >= 1, got " + std::to_string(opts_.shard_count));
@@ -106,7 +118,19 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
   const DType kv_dtype = model.kv_dtype();  // BF16 in bf16 matmul precision: half the bytes per block
-  if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
+  // A model whose pool lives in device memory sizes it from that memory (the captured rows
+  // of the drafter's feature store stay in host memory, outside that budget).
+  const int64_t device_blocks =
+      blocks <= 0 && opts_.kv_budget_bytes > 0 ? model.device_kv_blocks(bs, opts_.cache_prealloc_ratio) : 0;
+  if (device_blocks > 0) {
+    blocks = device_blocks;
+    // The drafter's feature store stays in host memory: at most the host budget's share.
+    if (feat_) {
+      const double feature_bytes_per_block = 4.0 * bs * feat_;
+      const double host = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio;
+      blocks = std::min<int64_t>(blocks, static_cast<int64_t>(host / feature_bytes_per_block));
+    }
+  } else if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;
     layout.n_kv_heads = mc.num_key_value_heads;
@@ -129,10 +153,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pc.block_size = bs;
   pc.shard_count = opts_.shard_count;
   pool_ = std::make_unique<BlockPool>(pc);
-  auto paged = std::make_unique<PagedKVCache>(mc.num_hidden_layers, mc.num_key_value_heads, mc.head_dim, bs, blocks,
-                                              opts_.max_running, max_seq_tokens_, kv_dtype);
-  paged_ = paged.get();
-  kv_ = std::move(paged);
+  kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_);
+  paged_ = kv_.get();
   // Uninitialised (no fill): pages are committed as blocks are written.
   if (feat_) features_.reset(new float[static_cast<size_t>(blocks) * bs * static_cast<size_t>(feat_)]);
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
@@ -332,6 +354,10 @@ void LLMEngine::admit() {
         std::memcpy(s.pending_hidden.data() + static_cast<size_t>(p) * feat_,
                     features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
                     static_cast<size_t>(feat_) * sizeof(float));
+      if (opts_.lookup_assist) {
+        s.lookup = std::make_unique<LookupTracker>(opts_.lookup);
+        s.lookup->commit(s.context.data(), ar.cached_tokens, lookup_stats_);
+      }
     }
     defrag_due_ = true;
     running_.push_back(std::move(waiting_[i]));
@@ -369,8 +395,10 @@ void LLMEngine::preempt(Sequence& s) {
   free_slots_.push_back(s.slot);
   s.slot = -1;
   s.draft.reset();
+  s.lookup.reset();  // admission starts it again from the recomputed context
   s.prop = DraftProposal{};
   s.prop_ready = false;
+  s.prop_lookup = false;
   s.pending_tokens.clear();
   s.pending_hidden.clear();
   if (s.decoding) {
@@ -691,6 +719,8 @@ bool LLMEngine::step() {
     // own history only, so a seeded sampled request alone is reproducible.
     pop_gain_ = pop_len_ = 0.0;
     pop_measured_ = 0;
+    lookup_stats_ = LookupStats{};
+    pop_yield_ = DrafterYield{};
     choice_clock_ = last_probe_ = 0;
     defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
@@ -714,7 +744,49 @@ bool LLMEngine::step() {
   // With async prefetch the drafter pass is off the critical path, so every request that
   // may draft does (the draft-cost trade-off of choose_drafting does not apply).
   const bool async = async_prefetch_ && opts_.drafter;
-  const std::vector<bool> drafts = async ? std::vector<bool>(dec.size(), true) : choose_drafting(dec);
+  // Lookup assist: every request's free proposal first. A request whose lookup is expected
+  // to commit about what a drafter round of its would, relative to the round's cost, takes
+  // the lookup and stays out of the drafting choice (its drafter pass is saved).
+  const bool lookup_on = opts_.lookup_assist && !async && opts_.synthetic_acceptance_rate <= 0.0;
+  std::vector<bool> lookup_first(dec.size(), false);
+  if (lookup_on) {
+    const int R = static_cast<int>(dec.size());
+    // A lookup round's cost relative to a drafter round's, per request: its share of the
+    // verify forward against that share plus a drafter pass (1 without a known draft cost).
+    double rho = 1.0;
+    if (opts_.draft_ms_per_request > 0.0 && opts_.sps) {
+      const double share = 1000.0 / opts_.sps->sps(R) / R;
+      rho = share / (share + opts_.draft_ms_per_request);
+    }
+    for (size_t r = 0; r < dec.size(); ++r) {
+      Sequence* s = dec[r];
+      s->prop_lookup = false;
+      s->lookup_tokens.clear();
+      s->lookup_survival.clear();
+      const int n = std::min(max_drafts_, s->out->remaining() - 1);
+      if (!s->lookup || s->prop_ready || n <= 0) continue;
+      const LookupProposal& lp = s->lookup->propose(s->anchor, n);
+      double gain = 0;
+      for (size_t k = 0; k < lp.tokens.size(); ++k) {
+        const double a = lookup_stats_.survival(lp.bucket, static_cast<int>(k) + 1);
+        if (!(a > 0.0)) break;
+        s->lookup_tokens.push_back(lp.tokens[k]);
+        s->lookup_survival.push_back(static_cast<float>(a));
+        gain += a;
+      }
+      const DrafterYield& y = s->yield.rounds > 0 ? s->yield : pop_yield_;
+      // Until a drafter round was measured, the drafter drafts (its yield is unknown).
+      if (!s->lookup_tokens.empty() && y.rounds > 0 && 1.0 + gain >= rho * y.tokens) lookup_first[r] = true;
+    }
+  }
+  std::vector<bool> drafts(dec.size(), true);
+  if (!async) {
+    std::vector<Sequence*> candidates;
+    for (size_t r = 0; r < dec.size(); ++r)
+      if (!lookup_first[r]) candidates.push_back(dec[r]);
+    const std::vector<bool> chosen = choose_drafting(candidates);
+    for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] ? false : chosen[c++];
+  }
   // One batched drafter pass for all drafting requests: first their pending committed
   // rows (one commit over every sequence), then their blocks (one propose over all), so
   // the drafter's weights are read once per step, not once per request. Results are
@@ -763,6 +835,11 @@ bool LLMEngine::step() {
       if (s->draft && n_max[r] > 0 && drafts[r] && s->health.drafting_allowed()) {
         role[r] = Role::Draft;
         ++n_draft;
+      } else if (!s->lookup_tokens.empty()) {
+        // Not drafting: its lookup proposal is verified, as far as the verify policy finds
+        // the rows worth it.
+        s->prop.tokens = s->lookup_tokens;
+        s->prop_lookup = true;
       }
     }
     if (async) {
@@ -777,12 +854,13 @@ bool LLMEngine::step() {
     }
     for (size_t r = 0; r < dec.size(); ++r) {
       Sequence* s = dec[r];
+      s->prop_drafted = role[r] == Role::Ready || (role[r] == Role::Draft && !async);
       if (role[r] == Role::Draft) add_to_draft_job(job, *s, n_max[r]);
       if (role[r] == Role::Draft && async) continue;  // verified next step
       ver.push_back(s);
       // A prefetched prop came from a drafting choice; with async prefetch a request verified
       // without drafts did not draft (every request may, so none was chosen out).
-      track.push_back(role[r] == Role::Ready || (!async && drafts[r]));
+      track.push_back(!s->prop_lookup && (role[r] == Role::Ready || (!async && drafts[r])));
     }
   }
   if (async && !job.owners.empty()) {
@@ -810,7 +888,19 @@ bool LLMEngine::step() {
     const DraftProposal& p = ver[r]->prop;
     // A prefetched prop may predate a lower max_reuse_depth (hot reload).
     int n = std::min(static_cast<int>(p.tokens.size()), max_drafts_);
-    if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
+    if (ver[r]->prop_lookup && n > 0) {
+      // The lookup's survival per draft is learned (LookupStats), not a confidence head's:
+      // the dspark policies weigh it like any survival; fixed verifies the drafts that
+      // survive at least kLookupFloor of the time, threshold those above its threshold.
+      constexpr float kLookupFloor = 0.25f;
+      const std::vector<float>& a = ver[r]->lookup_survival;
+      if (opts_.policy == VerifyPolicy::Fixed) {
+        n = static_cast<int>(std::count_if(a.begin(), a.begin() + n, [](float x) { return x >= kLookupFloor; }));
+      } else {
+        survivals[r].assign(a.begin(), a.begin() + n);
+        if (opts_.validation_threshold > 0.0f) n = static_threshold_length(survivals[r], opts_.validation_threshold, n);
+      }
+    } else if (opts_.policy != VerifyPolicy::Fixed && n > 0) {
       if (opts_.synthetic_acceptance_rate > 0.0) {  // benchmark mode: the true survival p^j
         survivals[r].resize(p.tokens.size());
         double a = 1.0;
@@ -928,9 +1018,17 @@ bool LLMEngine::step() {
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
   const auto forward_start = std::chrono::steady_clock::now();
   ForwardOutput& out = step_out_;
+  // A model that reduces on the device (the CUDA one) returns only the argmax ids when every
+  // request of the batch is greedy: greedy verification needs nothing else (spec/verify.h:
+  // accept while the draft is the argmax, then the argmax of the next row), and a step of
+  // many verify rows would otherwise copy vocabulary-wide logit rows to the host.
+  bool ids_only = model_.on_device();
+  for (size_t i = 0; ids_only && i < entry_seq.size(); ++i) ids_only = entry_seq[i]->req.sampling.greedy();
+  std::vector<int32_t>& row_ids = step_ids_;
   if (!batch.entries.empty()) {
     try {
-      model_.forward(*kv_, batch, out);
+      if (ids_only) model_.forward_argmax(*kv_, batch, out, row_ids);
+      else model_.forward(*kv_, batch, out);
     } catch (const Error& err) {
       for (Sequence* s : entry_seq) finish(*s, "error", err.what());
       return true;
@@ -947,7 +1045,8 @@ bool LLMEngine::step() {
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const ForwardEntry& e = batch.entries[i];
     Sequence& s = *entry_seq[i];
-    const float* logits = out.logits.data() + logit_row * static_cast<size_t>(V);
+    const float* logits = ids_only ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
+    const int32_t* ids = ids_only ? row_ids.data() + logit_row : nullptr;  // argmax of each logit row
     const float* hidden = feat_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
@@ -962,11 +1061,19 @@ bool LLMEngine::step() {
         v.accepted = 0;
         while (v.accepted < static_cast<int>(s.prop.tokens.size()) && s.rng.uniform() < opts_.synthetic_acceptance_rate)
           ++v.accepted;
-        v.next_token = verify_drafts(logits + static_cast<size_t>(v.accepted) * V, V, {}, {}, s.req.sampling, s.rng).next_token;
+        v.next_token = ids ? ids[v.accepted]
+                           : verify_drafts(logits + static_cast<size_t>(v.accepted) * V, V, {}, {}, s.req.sampling, s.rng)
+                                 .next_token;
+      } else if (ids) {
+        // Greedy verification from the rows' argmax ids (the same rule as verify_drafts).
+        v.accepted = 0;
+        while (v.accepted < static_cast<int>(s.prop.tokens.size()) && s.prop.tokens[v.accepted] == ids[v.accepted])
+          ++v.accepted;
+        v.next_token = ids[v.accepted];
       } else {
         v = verify_drafts(logits, V, s.prop.tokens, s.prop.q, s.req.sampling, s.rng);
       }
-      if (!s.prop.tokens.empty() &&
+      if (!s.prop.tokens.empty() && !s.prop_lookup &&
           s.health.observe(static_cast<int>(s.prop.tokens.size()), v.accepted) == HealthEvent::FellBack) {
         std::fprintf(stderr, "engine: request %llu: self-healing: %d rounds without an accepted draft, plain decoding for a while (fallback %llu)\n",
                      static_cast<unsigned long long>(s.id), opts_.health.collapse_rounds,
@@ -986,15 +1093,24 @@ bool LLMEngine::step() {
       std::vector<int32_t> toks(s.prop.tokens.begin(), s.prop.tokens.begin() + v.accepted);
       toks.push_back(v.next_token);
       if (s.draft) {  // appended: a step that skipped drafting did not flush the previous ones
+        const size_t first = s.pending_tokens.size();
         s.pending_tokens.push_back(s.anchor);
         s.pending_tokens.insert(s.pending_tokens.end(), toks.begin(), toks.end() - 1);
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
+        if (s.lookup)
+          s.lookup->commit(s.pending_tokens.data() + first, static_cast<int>(s.pending_tokens.size() - first), lookup_stats_);
       }
+      if (s.prop_drafted) {
+        s.yield.observe(v.accepted + 1, n_tok);
+        pop_yield_.observe(v.accepted + 1, n_tok);
+      }
+      r.lookup = s.prop_lookup;
       s.anchor = v.next_token;
       {
         std::lock_guard<std::mutex> lock(mu_);
         stats_.accepted_draft_tokens += static_cast<uint64_t>(v.accepted);
         stats_.verify_entries++;
+        if (s.prop_lookup) stats_.lookup_rounds++;
       }
       obs.decoding++;
       obs.verified_per_request.push_back(static_cast<int>(s.prop.tokens.size()));
@@ -1031,6 +1147,7 @@ bool LLMEngine::step() {
         s.pending_tokens.insert(s.pending_tokens.end(), e.tokens.begin(), e.tokens.end());
         if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(n_tok) * feat_);
       }
+      if (s.lookup) s.lookup->commit(e.tokens.data(), n_tok, lookup_stats_);
       s.prefilled += n_tok;
       pool_->commit(s.table, s.prefilled);
       if (s.prefilled == static_cast<int>(s.context.size()) && s.resumed) {
@@ -1040,7 +1157,7 @@ bool LLMEngine::step() {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += s.req.prompt.size();
         }
-        s.anchor = verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
+        s.anchor = ids ? ids[0] : verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
         s.decoding = true;
         emit_tokens(s, {s.anchor});
       }

@@ -50,7 +50,7 @@ namespace dsinfer {
 
 class Model;
 class KVCache;
-class PagedKVCache;
+class BlockKVCache;
 class Tokenizer;
 class Drafter;
 struct Calibration;
@@ -156,10 +156,12 @@ struct EngineOptions {
   // stepping thread after the step's tokens were emitted (after on_step). Off: no cost.
   std::function<void(const std::vector<EngineRound>&)> on_rounds;
 
-  // Paged KV cache (engine/block_pool.h + model/paged_kv_cache.h). Pool size: kv_num_blocks
-  // when > 0; else, when kv_budget_bytes > 0, blocks_for_budget(kv_budget_bytes,
-  // cache_prealloc_ratio) (--cache-prealloc-ratio); else max_running full-length requests
-  // (the dense cache's memory). Requests that do not fit wait (admission control); a
+  // Paged KV cache (engine/block_pool.h + the storage Model::make_paged_kv_cache makes,
+  // model/block_kv_cache.h). Pool size: kv_num_blocks when > 0; else, when kv_budget_bytes
+  // > 0, cache_prealloc_ratio (--cache-prealloc-ratio) of the model's free device memory
+  // when its pool lives on a device (Model::device_kv_blocks), otherwise
+  // blocks_for_budget(kv_budget_bytes, cache_prealloc_ratio); else max_running full-length
+  // requests (the dense cache's memory). Requests that do not fit wait (admission control); a
   // running request that cannot grow preempts the lowest-priority, latest one.
   int kv_block_size = 16;                 // --kv-block-size: tokens per block
   int64_t kv_num_blocks = 0;
@@ -193,6 +195,14 @@ struct EngineOptions {
   // switchable at run time (EngineRuntimeConfig::async_prefetch).
   bool async_prefetch = false;
   int async_draft_threads = 0;
+  // --spec-lookup: per request, a suffix lookup over its prompt and output
+  // (spec/lookup_assist.h) proposes drafts for free; a request whose lookup is expected to
+  // yield about what its drafter pass would (relative to that pass's cost) verifies the
+  // lookup instead of drafting, and a request left out of drafting verifies its lookup
+  // when the verify policy finds it worth the rows. Needs a model drafter; off with async
+  // prefetch and in synthetic-acceptance mode. Lossless: only the proposals change.
+  bool lookup_assist = false;
+  LookupAssistOptions lookup;
 };
 
 struct EngineStats {
@@ -220,6 +230,7 @@ struct EngineStats {
   uint64_t preemptions = 0, cache_defrags = 0, defrag_moves = 0;
   uint64_t self_heal_fallbacks = 0;  // requests routed to plain decoding by SpecHealth
   uint64_t prefetch_passes = 0;      // async prefetch: drafter passes overlapped with a forward
+  uint64_t lookup_rounds = 0;        // verify blocks whose drafts came from the lookup assist
   int warmup_prompts = 0;
 };
 
@@ -284,8 +295,8 @@ class LLMEngine {
 
   Model& model_;
   EngineOptions opts_;
-  std::unique_ptr<KVCache> kv_;
-  PagedKVCache* paged_ = nullptr;      // kv_, as its paged type
+  std::unique_ptr<BlockKVCache> kv_;  // made by the model (host or device memory)
+  BlockKVCache* paged_ = nullptr;      // kv_ (one name for the block-table calls)
   std::unique_ptr<BlockPool> pool_;    // declared before the sequences: their tables die first
   // Drafter features (captured target rows) per cached position, [block][block_size][feat_],
   // so a prefix served from the cache still gives the drafter its context rows.
@@ -293,6 +304,7 @@ class LLMEngine {
   // Captured-row buffers of finished requests, reused by new ones (see step()).
   std::vector<std::vector<float>> spare_hidden_;
   ForwardBatch step_batch_;  // step()'s forward, reused
+  std::vector<int32_t> step_ids_;  // step()'s argmax ids when the model reduces on the device
   ForwardOutput step_out_;
   int max_seq_tokens_ = 0;             // positions one request may hold (+ a verify block)
   bool defrag_due_ = false;            // something ran since the last idle compaction
@@ -311,6 +323,11 @@ class LLMEngine {
   // re-probe (all reset when the engine goes idle).
   double pop_gain_ = 0.0, pop_len_ = 0.0;
   uint64_t pop_measured_ = 0;
+  // Lookup assist: how far proposals survived per match length (shared by all requests: a
+  // property of the model and workload), and the population's drafter yield (tokens
+  // committed per drafter round), the prior of requests not measured yet.
+  LookupStats lookup_stats_;
+  DrafterYield pop_yield_;
   uint64_t choice_clock_ = 0, last_probe_ = 0;
   std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 

@@ -35,6 +35,7 @@ std::string spec_round_json(const SpecRound& r) {
   j["committed"] = r.committed;
   j["draft_ms"] = r.draft_ms;
   j["verify_ms"] = r.verify_ms;
+  j["source"] = r.lookup ? "lookup" : r.draft_ids.empty() && r.drafted == 0 ? "none" : "drafter";
   return j.dump();
 }
 
@@ -52,6 +53,7 @@ void SpecStats::add(const SpecRound& r) {
   }
   draft_ms += r.draft_ms;
   verify_ms += r.verify_ms;
+  if (r.lookup) lookup_rounds++;
 }
 
 void check_drafter_kind(const std::string& method, const DrafterInfo& info) {
@@ -85,6 +87,17 @@ SpecDecoder::SpecDecoder(Model& model, const SamplingParams& params, const SpecO
     capture_ = info.target_layer_ids;
     feat_ = static_cast<int>(capture_.size()) * model.config().hidden_size;
     seq_ = opts_.drafter->start();
+    if (opts_.lookup_assist) {
+      // Sampled output must be reproducible from its seed, and which proposal a round
+      // verifies changes how the seed's stream is drawn: a sampled sequence decides on fixed
+      // relative costs (a drafter pass as dear as a one-token verify, each verified row a
+      // quarter of that, about this CPU's shape), never on measured time.
+      if (!params_.greedy()) costs_.set_fixed(1.0, 1.0, 0.25);
+      if (info.kind == "ngram") throw Error("--spec-lookup: needs a model drafter (dflash or dspark); --spec ngram is a lookup already");
+      lookup_ = std::make_unique<LookupTracker>(opts_.lookup);
+    }
+  } else if (opts_.lookup_assist) {
+    throw Error("--spec-lookup: needs a model drafter (dflash or dspark)");
   }
   kv_ = model.make_kv_cache(1, capacity + max_drafts_ + 1);
 }
@@ -108,6 +121,7 @@ int32_t SpecDecoder::prefill(const std::vector<int32_t>& prompt) {
     opts_.drafter->commit_context(*seq_, prompt.data(), feat_ ? out.captured.data() : nullptr,
                                   static_cast<int>(prompt.size()));
   }
+  if (lookup_) lookup_->commit(prompt.data(), static_cast<int>(prompt.size()), lookup_stats_);
   return anchor_;
 }
 
@@ -132,15 +146,34 @@ SpecRound& SpecDecoder::round(int max_new) {
   auto t0 = Clock::now();
   DraftProposal prop;
   const int n_max = std::min(max_drafts_, max_new - 1);
-  if (seq_) {
+  int match_bucket = LookupStats::kBuckets;  // the drafter yield slot of this round
+  if (lookup_ && n_max > 0) {
+    const LookupProposal& lp = lookup_->propose(anchor_, n_max);
+    if (lp.bucket >= 0) match_bucket = lp.bucket;
+    constexpr int kOwnYieldRounds = 3;
+    const DrafterYield& y = yield_by_match_[static_cast<size_t>(match_bucket)].rounds >= kOwnYieldRounds
+                                ? yield_by_match_[static_cast<size_t>(match_bucket)]
+                                : yield_;
+    const LookupChoice ch = choose_lookup(lookup_stats_, lp, costs_, y);
+    if (ch.use) {
+      prop.tokens.assign(lp.tokens.begin(), lp.tokens.begin() + ch.verify_drafts);
+      r.lookup = true;
+    }
+  }
+  if (seq_ && !r.lookup) {
     flush_commit();
-    if (n_max > 0) prop = opts_.drafter->propose(*seq_, anchor_, n_max, params_, rng_);
+    if (n_max > 0) {
+      // The cost model times the pass alone: the commit is owed whichever proposal runs.
+      const auto tp = Clock::now();
+      prop = opts_.drafter->propose(*seq_, anchor_, n_max, params_, rng_);
+      if (params_.greedy()) costs_.observe_draft(ms_since(tp));
+    }
   }
   if (static_cast<int>(prop.tokens.size()) > n_max)
     throw Error("drafter '" + opts_.drafter->info().kind + "' proposed " + std::to_string(prop.tokens.size()) +
                 " tokens, more than the " + std::to_string(n_max) + " asked for");
   r.drafted = static_cast<int>(prop.tokens.size());
-  if ((opts_.validation_threshold > 0.0f || opts_.sps) && !prop.tokens.empty()) {
+  if ((opts_.validation_threshold > 0.0f || opts_.sps) && !prop.tokens.empty() && !r.lookup) {
     if (prop.confidence_logits.size() != prop.tokens.size())
       throw Error(std::string(opts_.sps ? "--spec-schedule dspark" : "--dflash-validation-threshold") + ": drafter '" +
                   opts_.drafter->info().kind + "' has no confidence head");
@@ -177,6 +210,13 @@ SpecRound& SpecDecoder::round(int max_new) {
   // Roll back: keep the anchor and the accepted drafts; the next token is the next anchor.
   kv_->truncate(0, r.start + v.accepted + 1);
   r.verify_ms = ms_since(t1);
+  if (lookup_) {
+    if (params_.greedy()) costs_.observe_verify(n + 1, r.verify_ms);
+    if (!r.lookup && n > 0) {
+      yield_.observe(v.accepted + 1, n + 1);
+      yield_by_match_[static_cast<size_t>(match_bucket)].observe(v.accepted + 1, n + 1);
+    }
+  }
 
   r.verify_len = n + 1;
   r.draft_ids = std::move(prop.tokens);
@@ -186,11 +226,15 @@ SpecRound& SpecDecoder::round(int max_new) {
   r.tokens.assign(r.draft_ids.begin(), r.draft_ids.begin() + v.accepted);
   r.tokens.push_back(v.next_token);
   if (seq_) {
-    pending_tokens_.assign(1, anchor_);
+    // Appended, not replaced: after lookup rounds the drafter catches up on its next pass.
+    const size_t first = pending_tokens_.size();
+    pending_tokens_.push_back(anchor_);
     pending_tokens_.insert(pending_tokens_.end(), r.tokens.begin(), r.tokens.end() - 1);
     if (feat_)
-      pending_hidden_.assign(out.captured.begin(),
+      pending_hidden_.insert(pending_hidden_.end(), out.captured.begin(),
                              out.captured.begin() + static_cast<ptrdiff_t>(v.accepted + 1) * feat_);
+    if (lookup_)
+      lookup_->commit(pending_tokens_.data() + first, static_cast<int>(pending_tokens_.size() - first), lookup_stats_);
   }
   anchor_ = v.next_token;
   return r;

@@ -22,6 +22,7 @@
 //   The round returns the tokens to emit (accepted drafts, then the next token, at most
 //   max_new); the caller applies stop ids / stop strings token by token.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "spec/drafter.h"
+#include "spec/lookup_assist.h"
 
 namespace dsinfer {
 
@@ -54,10 +56,12 @@ struct SpecRound {
   int committed = 0;         // tokens actually emitted (fewer when a stop cut the round)
   double draft_ms = 0.0;     // commit_context + propose
   double verify_ms = 0.0;    // verify forward + verification rule + KV truncation
+  bool lookup = false;       // the drafts came from the lookup assist (no drafter pass)
 };
 
 // One JSON object (no newline) for a round: index, start, anchor, draft_ids, confidences,
-// verify_len, accepted, next_token, committed, draft_ms, verify_ms.
+// verify_len, accepted, next_token, committed, draft_ms, verify_ms, source ("drafter",
+// "lookup"; "none" for plain decoding).
 std::string spec_round_json(const SpecRound& r);
 
 struct SpecStats {
@@ -66,6 +70,7 @@ struct SpecStats {
   // Per draft position k (index k-1): rounds that proposed >= k drafts / accepted >= k.
   std::vector<int64_t> proposed, accepted;
   double draft_ms = 0.0, verify_ms = 0.0;
+  int lookup_rounds = 0;  // rounds that verified lookup-assist drafts
   // Mean committed tokens per round, bonus included (1.0 for plain decoding).
   double tau() const { return rounds ? static_cast<double>(committed) / rounds : 0.0; }
   void add(const SpecRound& r);
@@ -86,6 +91,14 @@ struct SpecOptions {
   // that expected committed tokens × SPS(1 + ℓ) is maximal. SPS comes from sps_profile.h.
   // Needs a drafter with a confidence head; null: verify every (remaining) draft.
   const SpsTable* sps = nullptr;
+  // --spec-lookup: in each round the lookup assist (spec/lookup_assist.h) proposes the
+  // continuation of the longest earlier occurrence of the current suffix; when its expected
+  // tokens per millisecond (learned from how far its proposals matched what was committed)
+  // beat the drafter's measured yield, it is verified instead and the drafter pass is
+  // skipped (its context commit waits for its next pass). Needs a model drafter (dflash,
+  // dspark). Output is unchanged: only the proposal differs.
+  bool lookup_assist = false;
+  LookupAssistOptions lookup;
   std::function<void(const SpecRound&)> on_round;  // called after each round is emitted
 };
 
@@ -137,6 +150,17 @@ class SpecDecoder {
   std::vector<int32_t> pending_tokens_;
   std::vector<float> pending_hidden_;
   SpecRound rec_;
+  // Lookup assist (opts_.lookup_assist): this sequence's history, what its proposals scored,
+  // and the measured costs and drafter yield it is weighed against.
+  std::unique_ptr<LookupTracker> lookup_;
+  LookupStats lookup_stats_;
+  RoundCosts costs_;
+  // The drafter's yield overall and by the match-length bucket of the lookup proposal it
+  // was weighed against (last slot: no proposal): the drafter mostly runs where lookups are
+  // weak, so its overall yield understates it where they are strong; a bucket's own yield is
+  // used once it has a few rounds.
+  DrafterYield yield_;
+  std::array<DrafterYield, LookupStats::kBuckets + 1> yield_by_match_;
   // Kept across rounds: a verify step's logits (up to (block + 1) x vocab floats) and captured
   // rows are reused instead of allocated and zero-filled every round.
   ForwardBatch batch_;

@@ -24,6 +24,7 @@ namespace dsinfer {
 struct WeightView;
 
 class KVCache;
+class BlockKVCache;
 
 struct ForwardEntry {
   int slot = 0;                      // KV cache slot of the sequence
@@ -57,9 +58,29 @@ class Model {
   virtual std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const = 0;
 
   // Element type of the K/V this model's caches hold (make_kv_cache, and the batched
-  // engine's paged cache), read when a cache is made: the CPU Qwen3 forward keeps BF16 K/V
+  // engine's paged cache: the default make_paged_kv_cache passes it to PagedKVCache, and
+  // the engine sizes its pool in these bytes), read when a cache is made: the CPU Qwen3 forward keeps BF16 K/V
   // when its matmuls run in bf16 precision over BF16 weights, F32 otherwise.
   virtual DType kv_dtype() const { return DType::F32; }
+  // Creates the batched engine's paged KV storage (model/block_kv_cache.h): num_blocks
+  // blocks of block_size positions shared by max_slots slots of up to max_tokens each,
+  // where this model's forward reads it. Default (model.cpp): PagedKVCache in host memory
+  // with the config's geometry; the CUDA model puts the pool in device memory.
+  virtual std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                            int max_tokens) const;
+  // For a model whose paged KV pool lives in its own device memory: how many blocks of
+  // block_size positions `prealloc_ratio` of the device's free memory holds now
+  // (--cache-prealloc-ratio). 0 (the default): the pool lives in host memory and the caller
+  // sizes it from the host budget.
+  virtual int64_t device_kv_blocks(int block_size, double prealloc_ratio) const {
+    (void)block_size;
+    (void)prealloc_ratio;
+    return 0;
+  }
+  // true when forward, forward_argmax and lm_head run on a device (a GPU): a greedy caller
+  // gains by asking forward_argmax for ids (no vocabulary-wide rows cross to the host), and
+  // a drafter that shares this model's LM head runs its head through lm_head() there.
+  virtual bool on_device() const { return false; }
 
   // Runs the batch; appends every entry's tokens to its slot. Throws Error on bad input
   // (token id outside the vocabulary, slot overflow) before touching the cache.

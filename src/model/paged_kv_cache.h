@@ -24,11 +24,12 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/model.h"
+#include "model/block_kv_cache.h"
 
 namespace dsinfer {
 
-class PagedKVCache : public KVCache {
+// The CPU implementation of BlockKVCache (model/block_kv_cache.h).
+class PagedKVCache : public BlockKVCache {
  public:
   // max_slots sequences at once, each of up to max_tokens positions; num_blocks blocks of
   // block_size tokens shared by all of them; elements of dtype F32 or BF16 (else Error).
@@ -42,17 +43,16 @@ class PagedKVCache : public KVCache {
 
   // Points `slot` at a block table: position p lives in blocks[p / block_size]; the first
   // `length` positions hold K/V. The ids are copied (the table may change afterwards).
-  void bind(int slot, std::span<const int32_t> blocks, int length);
-  void unbind(int slot) { bind(slot, {}, 0); }
-  std::span<const int32_t> blocks(int slot) const;
+  void bind(int slot, std::span<const int32_t> blocks, int length) override;
+  std::span<const int32_t> blocks(int slot) const override;
   // Positions the bound blocks can hold.
-  int capacity(int slot) const;
+  int capacity(int slot) const override;
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  int block_size() const { return block_size_; }
-  int64_t num_blocks() const { return num_blocks_; }
+  int block_size() const override { return block_size_; }
+  int64_t num_blocks() const override { return num_blocks_; }
   DType dtype() const { return dtype_; }
   // Elements of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
   int64_t block_stride() const { return block_stride_; }
@@ -67,7 +67,7 @@ class PagedKVCache : public KVCache {
   uint16_t* v_bf16(int layer) { return elems<uint16_t>(v_.get(), layer); }
 
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
-  void copy_block(int32_t src, int32_t dst, int n_tokens);
+  void copy_block(int32_t src, int32_t dst, int n_tokens) override;
   // Called by the model once every layer has written the new positions.
   void set_length(int slot, int len);
 

@@ -207,6 +207,9 @@ std::string ServerMetrics::render(const EngineStats& st, const std::string& mode
   counter(out, "dsinfer_self_heal_fallbacks_total",
           "Requests routed to plain decoding after their acceptance collapsed (re-probed later)",
           static_cast<double>(st.self_heal_fallbacks));
+  counter(out, "dsinfer_lookup_rounds_total",
+          "Verify blocks whose drafts came from the lookup assist instead of a drafter pass (--spec-lookup)",
+          static_cast<double>(st.lookup_rounds));
   counter(out, "dsinfer_async_prefetch_passes_total",
           "Drafter passes run on the async-prefetch thread while a forward verified other requests",
           static_cast<double>(st.prefetch_passes));

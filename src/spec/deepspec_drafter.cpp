@@ -19,6 +19,8 @@ DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const Model& target, co
   // Shapes against the TARGET vocabulary: the frozen copies must index the same ids.
   embed_ = shared_or_own("embed_tokens.weight", target.host_embedding(), H, opts.weight_dtype);
   lm_head_ = shared_or_own("lm_head.weight", target.host_lm_head(), H, opts.weight_dtype);
+  if (target.on_device() && !info_.shared_with_target.empty() && info_.shared_with_target.back() == "lm_head.weight")
+    device_head_ = &target;
   backbone_ = std::make_unique<DraftBackbone>(cfg.base, static_cast<int>(cfg.target_layer_ids.size()), cfg.block_size,
                                               opts.window_size, *store_, "");
   if (cfg.markov_rank > 0) {
@@ -112,7 +114,8 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
     std::memcpy(rows + static_cast<size_t>(row_of[i]) * H, out + static_cast<size_t>(i) * bs * H,
                 static_cast<size_t>(items[i].n) * H * sizeof(float));
   float* base = grow(ws.base, static_cast<size_t>(total_n) * V_);
-  matmul(rows, total_n, lm_head_, base);
+  if (device_head_) device_head_->lm_head(rows, total_n, base, /*apply_norm=*/false);  // on the GPU, same matrix
+  else matmul(rows, total_n, lm_head_, base);
 
   for (int i = 0; i < R; ++i) {
     DraftProposal& p = props[i];

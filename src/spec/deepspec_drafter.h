@@ -4,7 +4,8 @@
 //
 // Data flow of propose: [anchor, MASK × (bs−1)] → the draft's OWN embed_tokens →
 // DraftBackbone::forward_block → h [bs, H] (after the final norm) → U = own lm_head(h) for
-// the first n positions (all bs positions predict: output k is the token at start + k + 1)
+// the first n positions (through the target's Model::lm_head when the head is the target's
+// and the target runs on a device: the GPU GEMM, U copied back) (all bs positions predict: output k is the token at start + k + 1)
 // → sequential sampling (§2.6), for k = 0..n−1 with prev = anchor, x_0, x_1, ...:
 //     ℓ_k = U_k + B_k(prev, h_k [, rnn state])         (Markov head, if any)
 //     q_k = sampling_distribution(ℓ_k, params)          (stored in DraftProposal.q unless greedy)
@@ -48,6 +49,9 @@ class DeepSpecDrafter final : public BlockDrafter {
 
   int V_ = 0;
   WeightView embed_{}, lm_head_{};
+  // The target, when the LM head is shared with it and it runs on a device (Model::on_device):
+  // the draft rows' base logits come from its lm_head() there instead of a host matmul.
+  const Model* device_head_ = nullptr;
   std::unique_ptr<MarkovHead> markov_;
   std::unique_ptr<ConfidenceHead> conf_;
 };

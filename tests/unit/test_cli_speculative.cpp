@@ -139,6 +139,16 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
     EXPECT_EQ(j["ids"], json::parse(plain.out)["ids"]) << dir;
     EXPECT_EQ(j["spec"]["method"], method);
     EXPECT_GE(j["spec"]["tau"].get<double>(), 1.0);
+    // The lookup assist on and off: only the proposals differ, never the output.
+    for (const char* lk : {"on", "off"}) {
+      auto l = run_dsinfer(with(args, {"--spec", method, "--draft-model-path", dir + "/draft", "--spec-lookup", lk}));
+      ASSERT_EQ(l.exit_code, 0) << dir << " --spec-lookup " << lk << ": " << l.err;
+      auto lj = json::parse(l.out);
+      EXPECT_EQ(lj["ids"], json::parse(plain.out)["ids"]) << dir << " --spec-lookup " << lk;
+      if (std::string(lk) == "off") {
+        EXPECT_EQ(lj["spec"]["lookup_rounds"], 0) << dir;
+      }
+    }
     // Mismatched kind.
     expect_error(with(args, {"--spec", other, "--draft-model-path", dir + "/draft"}), "use --spec " + method);
     // Block size: above the checkpoint's is an error, below caps the drafts.
@@ -160,6 +170,12 @@ TEST(CliSpeculative, DflashAndDsparkCheckpointsAreLossless) {
                                            "--seed", "3"}));
     ASSERT_EQ(sampled.exit_code, 0) << sampled.err;
     EXPECT_EQ(json::parse(sampled.out)["ids"].size(), 24u);
+    // The lookup assist is on by default; a sampled run's choices never depend on measured
+    // time, so the seed reproduces the output.
+    auto again = run_dsinfer(with(args, {"--spec", method, "--draft-model-path", dir + "/draft", "--temperature", "1",
+                                         "--seed", "3"}));
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    EXPECT_EQ(json::parse(again.out)["ids"], json::parse(sampled.out)["ids"]) << dir;
     cases++;
   }
   EXPECT_GE(cases, 3);
@@ -182,10 +198,13 @@ TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
   expect_error(with(b, {"--ngram-max", "2"}), "--spec ngram");
   expect_error(with(b, {"--block-size", "4"}), "--block-size");
   expect_error(with(b, {"--dflash-max-reuse-depth", "2"}), "--dflash-max-reuse-depth");
+  expect_error(with(b, {"--spec", "ngram", "--spec-lookup", "on"}), "--spec-lookup");
+  expect_error(with(b, {"--spec-lookup", "on"}), "--spec-lookup");
   expect_error(with(b, {"--spec", "ngram", "--log-dflash-details", "/nonexistent/dir/x.jsonl"}),
                "--log-dflash-details");
   // Flag syntax errors come from the parser (its own exit code), never a crash.
-  for (auto extra : std::vector<std::vector<std::string>>{{"--spec", "medusa"}, {"--spec", "ngram", "--block-size", "0"}}) {
+  for (auto extra : std::vector<std::vector<std::string>>{
+           {"--spec", "medusa"}, {"--spec", "ngram", "--block-size", "0"}, {"--spec-lookup", "maybe"}}) {
     auto r = run_dsinfer(with(b, extra));
     EXPECT_NE(r.exit_code, 0);
     EXPECT_GE(r.exit_code, 0) << "crashed";
@@ -194,13 +213,14 @@ TEST(CliSpeculative, BadFlagCombinationsAreOneLineErrors) {
 
 // --dflash-validation-threshold prunes the verified drafts by (calibrated) prefix survival:
 // a higher threshold never verifies more drafts, the output never changes, and drafters
-// without a confidence head refuse the flag.
+// without a confidence head refuse the flag. (The lookup assist is off: its rounds verify
+// lookup drafts, which the drafter's confidences do not gate.)
 TEST(CliSpeculative, ValidationThresholdPrunesWithoutChangingOutput) {
   const std::string dir = std::string(DSINFER_TEST_DATA) + "/drafters/dspark_vanilla";
   if (!std::filesystem::exists(dir + "/draft/config.json")) GTEST_SKIP() << dir << " absent";
   std::vector<std::string> args = {"generate", "--model-path", dir + "/target", "--draft-model-path", dir + "/draft",
                                    "--spec", "dspark", "--prompt-ids", "5,6,7,8,9,10", "--max-tokens", "40",
-                                   "--ignore-eos", "--json"};
+                                   "--ignore-eos", "--json", "--spec-lookup", "off"};
   json first;
   int64_t last_proposed = INT64_MAX;
   for (const char* t : {"0", "0.3", "0.6", "0.95"}) {

@@ -1,9 +1,11 @@
 // CUDA backend, end to end through the binary: `--device cuda` is refused with one line
 // when the binary has no CUDA backend or the machine no GPU (what CI sees), and runs
-// generate / bench-model on the GPU when there is one.
+// generate / bench-model on the GPU when there is one; bench-engine's prompt_ids path for
+// model directories without a tokenizer (random-weight checkpoints).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -29,9 +31,11 @@ bool gpu_present() {
 
 TEST(CudaCli, DeviceCudaRefusedWithOneLineWithoutGpu) {
   if (gpu_present()) GTEST_SKIP() << "a GPU is present (see DeviceCudaRunsOnGpu)";
-  for (const char* cmd : {"generate", "bench-model"}) {
+  for (const char* cmd : {"generate", "bench-model", "bench-engine", "serve"}) {
     std::vector<std::string> args = {cmd, "--model-path", kTiny, "--device", "cuda"};
     if (std::string(cmd) == "generate") args.insert(args.end(), {"--prompt-ids", "1,2,3", "--max-tokens", "2"});
+    if (std::string(cmd) == "bench-engine") args.insert(args.end(), {"--prompts", "/nonexistent.jsonl", "--policies", "none"});
+    if (std::string(cmd) == "serve") args.insert(args.end(), {"--spec", "none", "--port", "0"});  // refused before binding
     const auto r = run_dsinfer(args);
     EXPECT_NE(r.exit_code, 0) << cmd;
     EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
@@ -103,6 +107,29 @@ TEST(CudaCli, GreedySpeculationEqualsPlainGreedyOnGpu) {
     ++ran;
   }
   if (ran == 0) GTEST_SKIP() << "no drafter under " << root;
+}
+
+// bench-engine on a model directory without tokenizer.json (make-random-model's, or a test
+// checkpoint): prompt_ids prompts run, a text prompt is one line naming the file and line.
+TEST(CudaCli, BenchEngineWithoutTokenizerTakesPromptIds) {
+  const std::string dir = ::testing::TempDir() + "/dsinfer_bench_engine_prompts";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir + "/ids.jsonl") << "{\"prompt_ids\": [1, 2, 3, 4]}\n{\"prompt_ids\": [5, 6]}\n";
+    std::ofstream(dir + "/text.jsonl") << "{\"prompt\": \"hello\"}\n";
+  }
+  const auto ok = run_dsinfer({"bench-engine", "--model-path", kTiny, "--prompts", dir + "/ids.jsonl", "--policies",
+                               "none", "--concurrency", "2", "--max-tokens", "4", "--json"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  const auto j = nlohmann::json::parse(ok.out);
+  EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
+  EXPECT_GT(j.at("cells").at(0).at("output_tokens").get<int>(), 0);
+  const auto bad = run_dsinfer({"bench-engine", "--model-path", kTiny, "--prompts", dir + "/text.jsonl", "--policies",
+                                "none", "--concurrency", "2", "--max-tokens", "4"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("text.jsonl:1"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("tokenizer.json"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
 }
 
 // bench-model --verify-blocks (any device; here the CPU): one entry per block size, in the

@@ -412,3 +412,37 @@ TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   EXPECT_EQ(a.size(), 48u);
   EXPECT_EQ(a, b);
 }
+
+// The lookup assist (EngineOptions::lookup_assist): requests verify suffix-lookup drafts
+// instead of (or when left out of) a drafter pass. Under every verify policy, with drafting
+// chosen per step, and through preemptions (the request's lookup history restarts from the
+// recomputed context), every output is still exactly plain greedy, and lookup rounds ran.
+TEST(LLMEngine, LookupAssistIsLosslessUnderEveryPolicyAndPreemption) {
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  EngineOptions o = dspark_options();
+  o.lookup_assist = true;
+  const EngineStats fixed = expect_lossless_under_every_policy(o, "lookup");
+  EXPECT_GT(fixed.lookup_rounds, 0u);
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 1.0;
+  const EngineStats chosen = expect_lossless(o, "lookup, dspark, drafting chosen per step");
+  EXPECT_GT(chosen.lookup_rounds, 0u);
+  o.kv_num_blocks = 48;  // a few requests' worth: running requests get preempted
+  const EngineStats tight = expect_lossless(o, "lookup, dspark, preempting");
+  EXPECT_GT(tight.preemptions, 0u);
+  EXPECT_GT(tight.lookup_rounds, 0u);
+}
+
+TEST(LLMEngine, LookupAssistNeedsAModelDrafter) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  EngineOptions o;
+  o.lookup_assist = true;
+  try {
+    LLMEngine e(*fixture().model, o);
+    FAIL() << "accepted the lookup assist without a drafter";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--spec-lookup"), std::string::npos) << e.what();
+  }
+}

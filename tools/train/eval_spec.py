@@ -7,7 +7,10 @@ held-out prompt sets, at batch 1 on this CPU, with the C++ engine (`dsinfer gene
       [--max-tokens 256] [--limit 30] [--threads 1] [--temperature 0] [--repeat 1]
 Methods: none, ngram, dflash (DeepSpec layout), dflash-zlab, dspark-fixed (DSpark, every draft
 verified), dspark (DSpark with its default --spec-schedule dspark: the prefix scheduler on
-calibrated confidences and the profiled SPS(B) curve). τ is the mean of per-prompt τ; tokens/s
+calibrated confidences and the profiled SPS(B) curve); these drafter rows run with
+--spec-lookup off, so they measure the drafter alone. dflash+lookup / dspark+lookup: the same
+with the lookup assist on (dsinfer's default: a suffix lookup stands in for the drafter in
+rounds where it is expected to yield more). τ is the mean of per-prompt τ; tokens/s
 = all generated tokens after the first / all decode seconds (prefill excluded), best of
 --repeat runs per prompt (the machine is shared; greedy output is identical across runs).
 Prints a Markdown table and writes --out (default DIR/train-logs/eval_spec.json).
@@ -33,7 +36,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default=os.path.join(REPO, "models", "embedded"))
     ap.add_argument("--sets", default="code,python,prose")
-    ap.add_argument("--methods", default="none,ngram,dflash,dflash-zlab,dspark-fixed,dspark")
+    ap.add_argument("--methods", default="none,ngram,dflash,dflash-zlab,dspark-fixed,dspark,dflash+lookup,dspark+lookup")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--limit", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
@@ -45,17 +48,19 @@ def main():
     flags = {
         "none": [],
         "ngram": ["--spec", "ngram"],
-        "dflash": ["--spec", "dflash", "--draft-model-path", os.path.join(a.dir, "dflash")],
-        "dflash-zlab": ["--spec", "dflash", "--draft-model-path", os.path.join(a.dir, "dflash-zlab")],
-        "dspark-fixed": ["--spec", "dspark", "--spec-schedule", "fixed", "--draft-model-path", os.path.join(a.dir, "dspark")],
-        "dspark": ["--spec", "dspark", "--draft-model-path", os.path.join(a.dir, "dspark")],
+        "dflash": ["--spec", "dflash", "--spec-lookup", "off", "--draft-model-path", os.path.join(a.dir, "dflash")],
+        "dflash-zlab": ["--spec", "dflash", "--spec-lookup", "off", "--draft-model-path", os.path.join(a.dir, "dflash-zlab")],
+        "dspark-fixed": ["--spec", "dspark", "--spec-lookup", "off", "--spec-schedule", "fixed", "--draft-model-path", os.path.join(a.dir, "dspark")],
+        "dspark": ["--spec", "dspark", "--spec-lookup", "off", "--draft-model-path", os.path.join(a.dir, "dspark")],
+        "dflash+lookup": ["--spec", "dflash", "--spec-lookup", "on", "--draft-model-path", os.path.join(a.dir, "dflash")],
+        "dspark+lookup": ["--spec", "dspark", "--spec-lookup", "on", "--draft-model-path", os.path.join(a.dir, "dspark")],
     }
     methods = [m for m in a.methods.split(",") if m == "none" or m == "ngram" or os.path.isdir(flags[m][-1])]
     res = {}
     for s in a.sets.split(","):
         rows = [json.loads(l) for l in open(os.path.join(REPO, "models", "eval", f"heldout_{s}.jsonl"))][:a.limit]
         for name in methods:
-            taus, toks, secs, prop, acc, verified, rounds = [], 0, 0.0, [], [], 0, 0
+            taus, toks, secs, prop, acc, verified, rounds, lookups = [], 0, 0.0, [], [], 0, 0, 0
             for r in rows:
                 args = ["--model-path", os.path.join(a.dir, "target"), "--prompt", r["prompt"],
                         "--max-tokens", str(a.max_tokens), "--threads", str(a.threads), "--ignore-eos",
@@ -71,6 +76,7 @@ def main():
                 toks += j["usage"]["completion_tokens"] - 1
                 secs += j["timings"]["decode_seconds"]
                 rounds += sp.get("rounds", 0)
+                lookups += sp.get("lookup_rounds", 0)
                 for p in sp.get("acceptance", []):
                     k = p["position"] - 1
                     while len(prop) <= k:
@@ -82,18 +88,20 @@ def main():
             res.setdefault(s, {})[name] = {
                 "tau": statistics.mean(taus), "tokens_per_s": toks / max(secs, 1e-9), "prompts": len(rows),
                 "drafts_verified_per_round": verified / max(rounds, 1),
+                "lookup_round_share": lookups / max(rounds, 1),
                 "acceptance": [x / max(y, 1) for x, y in zip(acc, prop)]}
-        base = res[s]["none"]["tokens_per_s"]
+        base = res[s]["none"]["tokens_per_s"] if "none" in res[s] else float("nan")
         for name in res[s]:
             res[s][name]["speedup"] = res[s][name]["tokens_per_s"] / base
-    print(f"| set | method | τ | drafts verified/round | tok/s | × plain | acceptance by draft position 1..8 |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| set | method | τ | drafts verified/round | lookup rounds | tok/s | × plain | acceptance by draft position 1..8 |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in res:
         for name, v in res[s].items():
             accs = " ".join(f"{x:.2f}" for x in v["acceptance"]) or "–"
-            print(f"| {s} | {name} | {v['tau']:.2f} | {v['drafts_verified_per_round']:.2f} | {v['tokens_per_s']:.0f} | "
+            share = f"{100 * v['lookup_round_share']:.0f} %" if "lookup" in name else "–"
+            print(f"| {s} | {name} | {v['tau']:.2f} | {v['drafts_verified_per_round']:.2f} | {share} | {v['tokens_per_s']:.0f} | "
                   f"{v['speedup']:.2f} | {accs} |")
-        if "dspark" in res[s] and "dflash" in res[s]:
+        if ("dspark" in res[s] or "dspark-fixed" in res[s]) and "dflash" in res[s]:
             print(f"<!-- {s}: dspark/dflash tau ratio {res[s]['dspark-fixed' if 'dspark-fixed' in res[s] else 'dspark']['tau'] / res[s]['dflash']['tau']:.3f} -->")
     out = a.out or os.path.join(a.dir, "train-logs", "eval_spec.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -25,7 +25,10 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // kPairs: dimension pairs per lane (D <= 64 * kPairs). kVec: D % 8 == 0 (16-byte K loads).
-template <int kPairs, bool kVec>
+// kPaged: keys through the block tables (KVLayerView::table): lane j looks up key t0 + j's
+// row, and the V rows of a tile take their offsets from the lanes by shuffle. Same
+// arithmetic in the same order as the dense layout, so the same bits.
+template <int kPairs, bool kVec, bool kPaged>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* __restrict__ q, KVLayerView kv, const int32_t* __restrict__ slot,
                      const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale, bf16* __restrict__ out) {
@@ -48,8 +51,16 @@ __global__ void __launch_bounds__(kThreads)
   const int chunk = ((n_keys + kWarps - 1) / kWarps + 31) & ~31;
   const int k0 = warp * chunk, k1 = min(n_keys, k0 + chunk);
   const int kvh = h / (NH / NKVH);
-  const bf16* K = kv.k + s * kv.slot_stride + kvh * kv.head_stride;
-  const bf16* V = kv.v + s * kv.slot_stride + kvh * kv.head_stride;
+  // Dense: key j's row at base + j * D. Paged: at row_off, lane j's lookup of key t0 + j.
+  const int64_t base = kPaged ? 0 : s * kv.slot_stride + kvh * kv.head_stride;
+  const bf16* K = kv.k + base;
+  const bf16* V = kv.v + base;
+  int64_t row_off = 0;
+  // Offset of key t0 + u's row (from lane u in the paged layout; every lane calls it).
+  auto key_row = [&](int t0, int u) -> int64_t {
+    if constexpr (kPaged) return __shfl_sync(0xffffffffu, row_off, u);
+    else return static_cast<int64_t>(t0 + u) * D;
+  };
   const float* qr = q + (static_cast<int64_t>(r) * NH + h) * D;
 
   // One tile: lane j's K row (key t0 + j) and the lane's dimension pairs of the V rows of
@@ -62,20 +73,22 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t vr[kVKeys][kPairs];
   auto load_tile = [&](int t0) {
     const int j = t0 + lane;
+    if constexpr (kPaged) row_off = j < k1 ? kv_row_offset(kv, s, kvh, j, D) : 0;
     if constexpr (kVec) {
       if (j < k1) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(K + static_cast<int64_t>(j) * D);
+        const uint4* k4 = reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(j) * D));
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
           if (c < D / 8) kr[c] = k4[c];
       }
     }
 #pragma unroll
-    for (int u = 0; u < kVKeys; ++u)
+    for (int u = 0; u < kVKeys; ++u) {
+      const int64_t off = key_row(t0, u);
 #pragma unroll
       for (int i = 0; i < kPairs; ++i)
-        if (t0 + u < k1 && 2 * (lane + 32 * i) < D)
-          vr[u][i] = reinterpret_cast<const uint32_t*>(V + static_cast<int64_t>(t0 + u) * D)[lane + 32 * i];
+        if (t0 + u < k1 && 2 * (lane + 32 * i) < D) vr[u][i] = reinterpret_cast<const uint32_t*>(V + off)[lane + 32 * i];
+    }
   };
   if (k0 < k1) load_tile(k0);
   for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = qr[d];
@@ -105,7 +118,7 @@ __global__ void __launch_bounds__(kThreads)
             }
           }
       } else {
-        const bf16* kj = K + static_cast<int64_t>(j) * D;
+        const bf16* kj = K + (kPaged ? row_off : static_cast<int64_t>(j) * D);
         for (int i = 0; i < D; ++i) dot = fmaf(qs[i], __bfloat162float(kj[i]), dot);
       }
     }
@@ -122,13 +135,14 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < 32; ++u) {
       const float pj = __shfl_sync(0xffffffffu, p, u);
+      const int64_t voff = u < kVKeys ? 0 : key_row(t0, u);  // rows past the registers' keys
       if (u < tn)
 #pragma unroll
         for (int i = 0; i < kPairs; ++i)
           if (2 * (lane + 32 * i) < D) {
             uint32_t raw;
             if (u < kVKeys) raw = vr[u < kVKeys ? u : 0][i];
-            else raw = reinterpret_cast<const uint32_t*>(V + static_cast<int64_t>(t0 + u) * D)[lane + 32 * i];
+            else raw = reinterpret_cast<const uint32_t*>(V + voff)[lane + 32 * i];
             const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
             acc[2 * i] = fmaf(pj, v.x, acc[2 * i]);
             acc[2 * i + 1] = fmaf(pj, v.y, acc[2 * i + 1]);
@@ -168,13 +182,22 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <int kPairs, bool kPaged>
+void launch_layout(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot,
+                   const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out) {
+  if (D % 8 == 0)
+    launch_pdl(attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
+               scale, out);
+  else
+    launch_pdl(attention_kernel<kPairs, false, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
+               scale, out);
+}
+
 template <int kPairs>
 void launch(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos,
             int NH, int NKVH, int D, float scale, bf16* out) {
-  if (D % 8 == 0)
-    launch_pdl(attention_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
-  else
-    launch_pdl(attention_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  if (kv.table) launch_layout<kPairs, true>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  else launch_layout<kPairs, false>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
 }
 
 }  // namespace

@@ -14,6 +14,10 @@
 // batch (batch invariance), and a verify row equals the decode row at the same position.
 // At decode (one row, a few hundred keys) this is a short chain: one load round trip per
 // 32-key tile per warp, no block barrier inside the loop.
+// Paged caches (the batched engine's pool, cuda_paged_kv_cache.h): the same kernel reads
+// each key's row through the slot's block table (KVLayerView::table); decode rows and
+// variable-length causal verify blocks of many sequences share one launch, and the bits are
+// those of the dense layout (same arithmetic, same order; only the addresses differ).
 #pragma once
 #include <cuda_runtime.h>
 

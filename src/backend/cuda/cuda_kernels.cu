@@ -80,7 +80,7 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
   const int s = slot[r], p = pos[r];
   if (head >= NH + NKVH) {  // v: straight to the cache
     if (s < 0) return;
-    bf16* dst = kv.v + s * kv.slot_stride + (head - NH - NKVH) * kv.head_stride + static_cast<int64_t>(p) * D;
+    bf16* dst = kv.v + kv_row_offset(kv, s, head - NH - NKVH, p, D);
     for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16(src[i]);
     return;
   }
@@ -94,8 +94,7 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
   const float* c = cos_t + static_cast<int64_t>(r) * half;
   const float* sn = sin_t + static_cast<int64_t>(r) * half;
   float* qd = q_out + static_cast<int64_t>(r) * NH * D + static_cast<int64_t>(head) * D;
-  bf16* kd = (!is_q && s >= 0) ? kv.k + s * kv.slot_stride + (head - NH) * kv.head_stride + static_cast<int64_t>(p) * D
-                               : nullptr;
+  bf16* kd = (!is_q && s >= 0) ? kv.k + kv_row_offset(kv, s, head - NH, p, D) : nullptr;
   for (int i = lane; i < half; i += 32) {
     const float x1 = w[i] * (src[i] * inv), x2 = w[i + half] * (src[i + half] * inv);
     const float a = x1 * c[i] - x2 * sn[i];

@@ -32,18 +32,36 @@ void rmsnorm_rows(const float* x, int64_t x_stride, const int32_t* row_index, in
 void rope_table(const float* inv_freq, int half, const int32_t* pos, int T, float attention_factor, float* cos_t,
                 float* sin_t, cudaStream_t stream);
 
-// Device KV cache geometry of one layer: [slots][kv_heads][max_tokens][head_dim] BF16.
+// Device KV cache geometry of one layer, BF16. Dense (table == nullptr):
+// [slots][kv_heads][max_tokens][head_dim], position p of slot s in row p of the slot. Paged
+// (table != nullptr, cuda_paged_kv_cache.h): [blocks][kv_heads][block_size][head_dim],
+// position p of slot s in block table[s * table_stride + p / block_size], row p % block_size.
 struct KVLayerView {
   bf16* k = nullptr;
   bf16* v = nullptr;
-  int64_t slot_stride = 0;  // elements between slots
-  int64_t head_stride = 0;  // elements between KV heads of one slot (max_tokens * head_dim)
+  int64_t slot_stride = 0;  // elements between slots (dense) or between blocks (paged)
+  int64_t head_stride = 0;  // elements between KV heads of one slot / block
+  const int32_t* table = nullptr;  // device block tables [slots][table_stride], or nullptr
+  int table_stride = 0;
+  int block_size = 0;
 };
+
+#ifdef __CUDACC__
+// Element offset (into k or v) of the head_dim-long row of (slot s, KV head kvh, position p).
+__device__ __forceinline__ int64_t kv_row_offset(const KVLayerView& kv, int s, int kvh, int p, int D) {
+  if (kv.table) {
+    const int64_t b = kv.table[static_cast<int64_t>(s) * kv.table_stride + p / kv.block_size];
+    return b * kv.slot_stride + kvh * kv.head_stride + static_cast<int64_t>(p % kv.block_size) * D;
+  }
+  return s * kv.slot_stride + kvh * kv.head_stride + static_cast<int64_t>(p) * D;
+}
+#endif
 
 // qkv f32 [T, (NH + 2 NKVH) * D] (q heads, then k heads, then v heads). Per head: q and k
 // are RMS-normed over D with q_norm / k_norm and rotated (rotate-half RoPE at the row's
 // position); q goes to q_out f32 [T, NH * D]; k and v go to the cache at (slot[r], pos[r])
-// as BF16. Rows with slot < 0 (graph padding) write q only.
+// as BF16 (dense or through the block tables, KVLayerView). Rows with slot < 0 (graph
+// padding) write q only.
 void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const float* q_norm, const float* k_norm,
                         float eps, const float* cos_t, const float* sin_t, const int32_t* slot, const int32_t* pos,
                         float* q_out, KVLayerView kv, cudaStream_t stream);

@@ -9,8 +9,9 @@
 
 namespace dsinfer::cuda {
 
-namespace {
-std::atomic<uint64_t> g_next_uid{1};
+uint64_t next_kv_storage_uid() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
 }
 
 CudaKVCache::CudaKVCache(int n_layers, int n_kv_heads, int head_dim, int max_slots, int max_tokens)
@@ -19,7 +20,7 @@ CudaKVCache::CudaKVCache(int n_layers, int n_kv_heads, int head_dim, int max_slo
       head_dim_(head_dim),
       max_slots_(max_slots),
       max_tokens_(max_tokens),
-      uid_(g_next_uid++),
+      uid_(next_kv_storage_uid()),
       len_(max_slots, 0) {
   check(max_slots >= 1, "CUDA KV cache: max_slots must be >= 1 (got " + std::to_string(max_slots) + ")");
   check(max_tokens >= 1, "CUDA KV cache: max_tokens must be >= 1 (got " + std::to_string(max_tokens) + ")");

@@ -11,12 +11,13 @@
 // (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
 // and captured layer outputs only when asked.
 //
-// CUDA graphs: a call without layer capture and with at most 256 rows is padded to a
-// power-of-two row count (padding rows have slot -1: they touch no cache and no real row)
-// and a power-of-two logit-row count; the second call of a (cache, rows, logit rows) shape
-// captures the whole enqueue into a graph and later calls replay it, so steady-state decode
-// and verify steps cost one launch instead of ~10 per layer. Graphs bake in device
-// addresses: growing the workspace drops them, and each cache has its own.
+// CUDA graphs: a call with at most 256 rows is padded to a power-of-two row count (padding
+// rows have slot -1: they touch no cache and no real row) and a power-of-two logit-row
+// count; the second call of a (cache, rows, logit rows, captured layers) shape captures the
+// whole enqueue (layer captures into a device buffer included) into a graph and later calls
+// replay it, so steady-state decode and verify steps cost one launch instead of ~10 per
+// layer, with a drafter's layer capture too. Graphs bake in device addresses: growing the
+// workspace or the capture buffer drops them, and each cache has its own.
 //
 // Numerics: weights BF16; activations F32 between kernels and rounded to BF16 only as GEMM
 // inputs (as the CPU's bf16 matmul precision does); F32 accumulation everywhere; K/V stored
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <tuple>
 #include <vector>
 
@@ -37,6 +39,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_paged_kv_cache.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/qwen3_layer.h"
@@ -98,6 +101,14 @@ class CudaQwen3Model final : public Model {
 
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                    int max_tokens) const override;
+  int64_t device_kv_blocks(int block_size, double prealloc_ratio) const override;
+  bool on_device() const override { return true; }
+  // The checkpoint's embedding / LM head as host views (mapped, never copied): a drafter
+  // whose frozen copies are bit-identical shares them (and runs its head through lm_head()).
+  const WeightView* host_embedding() const override { return host_embed_.data ? &host_embed_ : nullptr; }
+  const WeightView* host_lm_head() const override { return host_head_.data ? &host_head_ : nullptr; }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override { run(kv, batch, out, nullptr); }
   void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
     run(kv, batch, out, &ids);
@@ -108,7 +119,19 @@ class CudaQwen3Model final : public Model {
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
-  void enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
+  // One caller at a time on the stream and the workspaces: forwards, and embed()/lm_head()
+  // from a drafter (which may run on another thread, the engine's async prefetch).
+  mutable std::mutex mu_;
+  // Host views of the checkpoint's embedding and LM head for drafters (host_embedding()):
+  // the BF16 tensors as mapped from the file (no copy); empty for other dtypes.
+  std::unique_ptr<WeightStore> host_store_;
+  WeightView host_embed_{}, host_head_{};
+  // lm_head()'s device buffers (grow-only): hidden rows in, BF16 rows, logits.
+  mutable DeviceArena head_ws_;
+  mutable int head_rows_ = 0;
+  mutable float *head_in_ = nullptr, *head_out_ = nullptr;
+  mutable bf16* head_bf_ = nullptr;
+  void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
   void ensure_workspace(int rows, int logit_rows);
   void drop_graphs();
   // DSINFER_CUDA_PROFILE=1: forwards run eagerly with a CUDA event after each stage, and
@@ -151,7 +174,8 @@ class CudaQwen3Model final : public Model {
   float* cap_ = nullptr;  // captured layer outputs [T, n_cap, H]
   size_t cap_floats_ = 0;
 
-  using GraphKey = std::tuple<uint64_t, int, int>;  // (cache uid, rows, logit rows)
+  // (cache uid, rows, logit rows, captured layers)
+  using GraphKey = std::tuple<uint64_t, int, int, std::vector<int>>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> seen_;
 };
@@ -237,6 +261,15 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   }
   bytes += static_cast<uint64_t>(V * H + H) * sizeof(bf16) + H * sizeof(float);  // head + one embedding row + norm
   decode_bytes_ = bytes;
+  // Drafters with frozen copies of the embedding / LM head compare them with these views.
+  host_store_ = std::make_unique<WeightStore>(cfg.model_dir, "auto", MappedFile::Placement::Mmap);
+  auto host_view = [&](const std::string& name) {
+    const WeightInfo w = host_store_->require(name, {DType::BF16, DType::F32, DType::F16}, {V, H});
+    if (w.dtype != DType::BF16 || reinterpret_cast<uintptr_t>(w.data) % 2 != 0) return WeightView{};
+    return WeightView{w.data, DType::BF16, V, H};
+  };
+  host_embed_ = host_view("model.embed_tokens.weight");
+  host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -278,6 +311,36 @@ std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_to
                                        max_tokens);
 }
 
+int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio) const {
+  check(block_size >= 1, "--kv-block-size: must be >= 1 (got " + std::to_string(block_size) + ")");
+  check(prealloc_ratio > 0.0 && prealloc_ratio <= 1.0,
+        "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(prealloc_ratio) + ")");
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
+                                                               cfg_.head_dim, block_size);
+  const int64_t blocks = static_cast<int64_t>(std::floor(prealloc_ratio * static_cast<double>(free_b) / per_block));
+  check(blocks >= 1, "--cache-prealloc-ratio " + std::to_string(prealloc_ratio) + ": no room for one KV block in the " +
+                         std::to_string(free_b >> 20) + " MiB free on the device");
+  return blocks;
+}
+
+std::unique_ptr<BlockKVCache> CudaQwen3Model::make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                                  int max_tokens) const {
+  check(block_size >= 1 && num_blocks >= 1, "CUDA paged KV cache: block_size and num_blocks must be >= 1");
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
+                                                               cfg_.head_dim, block_size);
+  const long double need = static_cast<long double>(per_block) * num_blocks;
+  if (need > static_cast<long double>(free_b))
+    throw Error("--kv-blocks: " + std::to_string(num_blocks) + " KV blocks of " + std::to_string(block_size) +
+                " tokens need " + std::to_string(static_cast<uint64_t>(need) >> 20) + " MiB, more than the " +
+                std::to_string(free_b >> 20) + " MiB free on the device");
+  return std::make_unique<CudaPagedKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, block_size,
+                                            num_blocks, max_slots, max_tokens);
+}
+
 void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
   if (rows <= cap_rows_ && logit_rows <= cap_logits_) return;
   drop_graphs();  // they point into the old buffers
@@ -307,7 +370,7 @@ void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
   DSINFER_CUDA_CHECK(cudaMallocHost(&keys_host_, Lr * sizeof(unsigned long long)));
 }
 
-void CudaQwen3Model::enqueue(const CudaKVCache& kv, int T, int n_logits, const std::vector<int>& capture_layers,
+void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers,
                              bool with_argmax) {
   cudaStream_t s = stream_;
   const int H = static_cast<int>(d_.hidden), I = static_cast<int>(d_.intermediate);
@@ -405,11 +468,14 @@ void CudaQwen3Model::print_profile() const {
 }
 
 void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
-  auto* kv = dynamic_cast<CudaKVCache*>(&kv_base);
-  if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache");
+  std::lock_guard<std::mutex> lock(mu_);
+  // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
+  auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
+  if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache / make_paged_kv_cache");
   const int L = cfg_.num_hidden_layers, V = cfg_.vocab_size;
   const int64_t H = d_.hidden;
-  if (kv->n_layers() != L || kv->n_kv_heads() != cfg_.num_key_value_heads || kv->head_dim() != cfg_.head_dim)
+  if (kv->storage_layers() != L || kv->storage_kv_heads() != cfg_.num_key_value_heads ||
+      kv->storage_head_dim() != cfg_.head_dim)
     throw Error("forward: KV cache geometry does not match the model");
 
   // ---- validate everything before the cache is touched (same rules as the CPU model) ----
@@ -419,13 +485,14 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   int64_t T = 0, n_logits = 0;
   for (size_t e = 0; e < batch.entries.size(); ++e) {
     const ForwardEntry& en = batch.entries[e];
-    if (en.slot < 0 || en.slot >= kv->max_slots()) fail(e, "slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
+    if (en.slot < 0 || en.slot >= kv_base.max_slots())
+      fail(e, "slot out of range [0, " + std::to_string(kv_base.max_slots()) + ")");
     for (size_t o = 0; o < e; ++o)
       if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
     const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (kv->length(en.slot) + n > kv->max_tokens())
-      fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
-                  " tokens > capacity " + std::to_string(kv->max_tokens()));
+    if (kv_base.length(en.slot) + n > kv->slot_capacity(en.slot))
+      fail(e, "KV cache overflow: " + std::to_string(kv_base.length(en.slot)) + " + " + std::to_string(n) +
+                  " tokens > capacity " + std::to_string(kv->slot_capacity(en.slot)));
     for (int32_t t : en.tokens)
       if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
     for (int r : en.logit_rows)
@@ -450,7 +517,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   if (T == 0) return;
 
   // ---- rows: (token, position, slot); graph shapes are padded to powers of two ----------
-  const bool graph = opts_.use_graphs && !profile_ && n_cap == 0 && T <= kMaxGraphRows;
+  const bool graph = opts_.use_graphs && !profile_ && T <= kMaxGraphRows;
   const int rows = graph ? pow2_at_least(static_cast<int>(T)) : static_cast<int>(T);
   const int lrows = graph ? (n_logits ? pow2_at_least(static_cast<int>(n_logits)) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
@@ -461,7 +528,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   {
     int r = 0, li = 0;
     for (const ForwardEntry& en : batch.entries) {
-      const int start = kv->length(en.slot);
+      const int start = kv_base.length(en.slot);
       for (int lrow : en.logit_rows) lr[li++] = r + lrow;
       for (size_t i = 0; i < en.tokens.size(); ++i, ++r) {
         tok[r] = en.tokens[i];
@@ -474,15 +541,19 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
-  if (n_cap > 0 && cap_floats_ < static_cast<size_t>(T * n_cap * H)) {
+  kv->upload(stream_);  // the paged pool's block tables (a fixed device address: graphs replay)
+  // Captured rows (padding rows included in graph mode) go to cap_ on the device first;
+  // graphs bake its address in, so growing it drops them.
+  if (n_cap > 0 && cap_floats_ < static_cast<size_t>(rows * n_cap * H)) {
+    drop_graphs();
     if (cap_) cudaFree(cap_);
     cap_ = nullptr;
-    cap_floats_ = static_cast<size_t>(T * n_cap * H);
+    cap_floats_ = static_cast<size_t>(rows * n_cap * H);
     DSINFER_CUDA_CHECK(cudaMalloc(&cap_, cap_floats_ * sizeof(float)));
   }
 
   if (graph) {
-    const GraphKey key{kv->uid(), rows, lrows};
+    const GraphKey key{kv->uid(), rows, lrows, batch.capture_layers};
     auto it = graphs_.find(key);
     if (it == graphs_.end() && seen_[key]++ >= 1) {
       // Second sighting of this shape: capture it (the first ran eagerly, which also warmed
@@ -491,7 +562,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       DSINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
       try {
-        enqueue(*kv, rows, lrows, {}, true);
+        enqueue(*kv, rows, lrows, batch.capture_layers, true);
         capturing_ = false;
       } catch (...) {
         capturing_ = false;
@@ -507,7 +578,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-    else enqueue(*kv, rows, lrows, {}, true);
+    else enqueue(*kv, rows, lrows, batch.capture_layers, true);
   } else {
     enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr);
   }
@@ -530,11 +601,12 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     for (int64_t i = 0; i < n_logits; ++i) (*ids)[i] = argmax_from_key(keys_host_[i]);
   }
   for (const ForwardEntry& en : batch.entries)
-    kv->set_length(en.slot, kv->length(en.slot) + static_cast<int>(en.tokens.size()));
+    kv->set_length(en.slot, kv_base.length(en.slot) + static_cast<int>(en.tokens.size()));
 }
 
 void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
   if (n <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
   for (int i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " +
@@ -550,10 +622,18 @@ void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
 void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool apply_norm) const {
   if (n <= 0) return;
   const int64_t H = d_.hidden, V = cfg_.vocab_size;
-  DeviceArena tmp;
-  float* d_h = tmp.upload(hidden, static_cast<size_t>(n) * H);
-  bf16* d_hb = tmp.alloc<bf16>(static_cast<size_t>(n) * H);
-  float* d_logits = tmp.alloc<float>(static_cast<size_t>(n) * V);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (n > head_rows_) {
+    head_ws_.release();
+    head_rows_ = std::max(n, 2 * head_rows_);
+    head_in_ = head_ws_.alloc<float>(static_cast<size_t>(head_rows_) * H);
+    head_bf_ = head_ws_.alloc<bf16>(static_cast<size_t>(head_rows_) * H);
+    head_out_ = head_ws_.alloc<float>(static_cast<size_t>(head_rows_) * V);
+  }
+  float* d_h = head_in_;
+  bf16* d_hb = head_bf_;
+  float* d_logits = head_out_;
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(d_h, hidden, sizeof(float) * n * H, cudaMemcpyHostToDevice, stream_));
   if (apply_norm) rmsnorm_rows(d_h, H, nullptr, n, static_cast<int>(H), final_norm_, d_.eps, d_hb, H, stream_);
   else f32_to_bf16_n(d_h, n * H, d_hb, stream_);
   gemm_->run(GemmInput::bf16_rows(d_hb, H), head_, static_cast<int>(V), static_cast<int>(H), d_logits, V, n, false,

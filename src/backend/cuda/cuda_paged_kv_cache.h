@@ -1,0 +1,81 @@
+// dsinfer CUDA backend: the batched engine's paged KV pool in device memory, behind the
+// BlockKVCache interface (model/block_kv_cache.h) that the CPU's PagedKVCache implements too.
+//
+// Layout: per layer, K and V each [num_blocks][kv_heads][block_size][head_dim] BF16 (one
+// cudaMalloc each for all layers, made once), the CPU pool's layout with BF16 elements. The
+// engine's BlockPool hands out block ids; bind() records a slot's table and length on the
+// host and in a pinned mirror [max_slots][table_stride] of int32 ids (table_stride =
+// ceil(max_tokens / block_size)); before each forward the model calls upload(), one
+// host-to-device copy of the mirror into a device table at a fixed address (so captured CUDA
+// graphs replay against the current tables). The kernels address position p of slot s as
+// block table[s][p / block_size], row p % block_size (KVLayerView, cuda_kernels.h): the K/V
+// store writes the new rows there and attention reads keys [0, pos] through it, for decode
+// rows and causal verify blocks alike. copy_block (copy-on-write, compaction moves) copies
+// the block's first n rows of every (layer, K/V, head) on the device. Lengths live on the
+// host; truncate() (speculation rollback) only moves a length.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cuda/cuda_kv_cache.h"
+#include "model/block_kv_cache.h"
+
+namespace dsinfer::cuda {
+
+class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
+ public:
+  CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks, int max_slots,
+                   int max_tokens);
+  ~CudaPagedKVCache() override;
+  CudaPagedKVCache(const CudaPagedKVCache&) = delete;
+  CudaPagedKVCache& operator=(const CudaPagedKVCache&) = delete;
+
+  // KVCache
+  int max_slots() const override { return static_cast<int>(slots_.size()); }
+  int max_tokens() const override { return max_tokens_; }
+  int length(int slot) const override;
+  void truncate(int slot, int new_length) override;
+  // BlockKVCache
+  void bind(int slot, std::span<const int32_t> blocks, int length) override;
+  std::span<const int32_t> blocks(int slot) const override;
+  int capacity(int slot) const override;
+  int block_size() const override { return block_size_; }
+  int64_t num_blocks() const override { return num_blocks_; }
+  void copy_block(int32_t src, int32_t dst, int n_tokens) override;
+  // DeviceKVStorage
+  int storage_layers() const override { return n_layers_; }
+  int storage_kv_heads() const override { return n_kv_heads_; }
+  int storage_head_dim() const override { return head_dim_; }
+  uint64_t uid() const override { return uid_; }
+  KVLayerView layer(int l) const override;
+  int slot_capacity(int slot) const override { return capacity(slot); }
+  void set_length(int slot, int len) override;
+  void upload(cudaStream_t stream) override;
+
+  // Device bytes of one block (K and V, all layers).
+  static uint64_t bytes_per_block(int n_layers, int n_kv_heads, int head_dim, int block_size) {
+    return 2ull * n_layers * n_kv_heads * static_cast<uint64_t>(block_size) * head_dim * sizeof(bf16);
+  }
+
+ private:
+  void check_slot(int slot, const char* what) const;
+  struct Slot {
+    std::vector<int32_t> blocks;
+    int length = 0;
+  };
+  int n_layers_, n_kv_heads_, head_dim_, block_size_;
+  int64_t num_blocks_, block_stride_;
+  int max_tokens_, table_stride_;
+  uint64_t uid_;
+  bf16* k_ = nullptr;
+  bf16* v_ = nullptr;
+  int32_t* table_dev_ = nullptr;
+  int32_t* table_host_ = nullptr;  // pinned mirror
+  bool tables_dirty_ = true;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace dsinfer::cuda

@@ -1,0 +1,219 @@
+// The batched engine against the Model hooks a device model (the CUDA backend) uses, checked
+// on the CPU so that CI covers them without a GPU: a wrapper around the embedded CPU target
+// that says it runs on a device (Model::on_device), sizes its own KV pool
+// (Model::device_kv_blocks) and makes the paged storage (Model::make_paged_kv_cache,
+// counted). Asserted:
+//  - the engine takes its KV storage from the model (one make_paged_kv_cache per engine)
+//    and, given a budget, the block count from device_kv_blocks (capped, with a drafter, by
+//    the host budget's share for the feature store);
+//  - greedy steps use forward_argmax (ids only) and verification from those ids gives every
+//    request its single-request plain greedy output, for plain decoding and with the DSpark
+//    drafter (and with the lookup assist), whose shared LM head then runs through the
+//    model's lm_head();
+//  - a sampled request in the batch switches the step back to logit rows (no forward_argmax).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/generator.h"
+#include "engine/llm_engine.h"
+#include "model/block_kv_cache.h"
+#include "model/model.h"
+#include "spec/calibration.h"
+#include "spec/drafter.h"
+#include "spec/drafter_loader.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace dsinfer;
+
+namespace {
+
+const std::string kRoot = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+
+// Delegates everything to a CPU model; claims to be a device model.
+class DeviceLikeModel final : public Model {
+ public:
+  explicit DeviceLikeModel(Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
+    return inner_.make_kv_cache(max_slots, max_tokens);
+  }
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                    int max_tokens) const override {
+    ++paged_made;
+    return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
+  }
+  int64_t device_kv_blocks(int, double) const override { return kDeviceBlocks; }
+  bool on_device() const override { return true; }
+  void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
+    ++forwards;
+    inner_.forward(kv, b, out);
+  }
+  void forward_argmax(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<int32_t>& ids) override {
+    ++argmax_forwards;
+    Model::forward_argmax(kv, b, out, ids);  // the host default: forward(), then argmax per row
+    --forwards;                              // (not a logits step of its own)
+    out.logits.clear();                      // as a device model leaves it
+  }
+  void embed(const int32_t* ids, int n, float* out) const override { inner_.embed(ids, n, out); }
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
+    ++head_calls;
+    inner_.lm_head(hidden, n, logits, apply_norm);
+  }
+  const WeightView* host_embedding() const override { return inner_.host_embedding(); }
+  const WeightView* host_lm_head() const override { return inner_.host_lm_head(); }
+
+  static constexpr int64_t kDeviceBlocks = 77;
+  mutable int paged_made = 0, head_calls = 0;
+  int forwards = 0, argmax_forwards = 0;
+
+ private:
+  Model& inner_;
+};
+
+struct Fixture {
+  std::unique_ptr<Model> model;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> plain;  // single-request plain greedy, 24 tokens
+};
+
+Fixture& fixture() {
+  static Fixture f = [] {
+    Fixture r;
+    r.model = load_model(kRoot + "/target");
+    auto tok = Tokenizer::load(kRoot + "/target");
+    std::ifstream in(std::string(DSINFER_SOURCE_DIR) + "/models/eval/heldout_code.jsonl");
+    for (std::string line; std::getline(in, line) && r.prompts.size() < 10;) {
+      auto ids = tok->encode(nlohmann::json::parse(line).at("prompt").get<std::string>(), false);
+      ids.resize(std::min<size_t>(ids.size(), 40));
+      r.prompts.push_back(ids);
+      StopConditions stop;
+      stop.max_tokens = 24;
+      r.plain.push_back(generate(*r.model, nullptr, ids, SamplingParams{}, stop).ids);
+    }
+    return r;
+  }();
+  return f;
+}
+
+bool have_target() { return std::filesystem::exists(kRoot + "/target/model.safetensors"); }
+
+std::map<size_t, std::vector<int32_t>> run_all(LLMEngine& engine, const std::vector<SamplingParams>& sampling) {
+  Fixture& f = fixture();
+  std::map<uint64_t, size_t> case_of;
+  std::map<size_t, std::vector<int32_t>> got;
+  for (size_t i = 0; i < f.prompts.size(); ++i) {
+    EngineRequest req;
+    req.prompt = f.prompts[i];
+    req.stop.max_tokens = 24;
+    req.sampling = sampling[i % sampling.size()];
+    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    case_of[engine.submit(std::move(req))] = i;
+  }
+  while (engine.step()) {
+  }
+  return got;
+}
+
+}  // namespace
+
+TEST(EngineDeviceModel, KvStorageAndSizingComeFromTheModel) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  DeviceLikeModel m(*fixture().model);
+  EngineOptions o;
+  o.max_running = 4;
+  o.kv_budget_bytes = 1ull << 30;  // a budget: the device model sizes the pool itself
+  o.cache_prealloc_ratio = 0.5;
+  o.shard_count = 4;
+  LLMEngine engine(m, o);
+  EXPECT_EQ(m.paged_made, 1);
+  EXPECT_EQ(engine.stats().kv_blocks_total, DeviceLikeModel::kDeviceBlocks);
+}
+
+// With a drafter, the feature store (captured rows per cached position) is host memory: a
+// device-sized pool is capped by the host budget's share for it.
+TEST(EngineDeviceModel, DeviceSizedPoolRespectsTheHostFeatureStore) {
+  if (!have_target() || !std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped models absent";
+  DeviceLikeModel m(*fixture().model);
+  auto dspark = load_drafter(kRoot + "/dspark", m);
+  const DrafterInfo& info = dspark->info();
+  const int64_t feat = static_cast<int64_t>(info.target_layer_ids.size()) * m.config().hidden_size;
+  EngineOptions o;
+  o.max_running = 2;
+  o.drafter = dspark.get();
+  o.shard_count = 2;
+  o.cache_prealloc_ratio = 0.5;
+  o.kv_budget_bytes = static_cast<uint64_t>(40 * 4 * o.kv_block_size * feat);  // 40 blocks' features, half of it: 20
+  o.calibration = nullptr;
+  LLMEngine capped(m, o);
+  EXPECT_EQ(capped.stats().kv_blocks_total, 20);
+  o.kv_budget_bytes = 1ull << 34;  // roomy host: the device decides
+  LLMEngine roomy(m, o);
+  EXPECT_EQ(roomy.stats().kv_blocks_total, DeviceLikeModel::kDeviceBlocks);
+}
+
+TEST(EngineDeviceModel, GreedyStepsTakeIdsAndStayLossless) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  Fixture& f = fixture();
+  {
+    DeviceLikeModel m(*f.model);
+    EngineOptions o;
+    o.max_running = 6;
+    o.max_batch_tokens = 64;
+    LLMEngine engine(m, o);
+    const auto got = run_all(engine, {SamplingParams{}});
+    for (size_t i = 0; i < f.prompts.size(); ++i) EXPECT_EQ(got.at(i), f.plain[i]) << "plain, request " << i;
+    EXPECT_GT(m.argmax_forwards, 0);
+    EXPECT_EQ(m.forwards, 0);  // every step was greedy: ids only
+  }
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";
+  DeviceLikeModel m(*f.model);
+  auto dspark = load_drafter(kRoot + "/dspark", m);
+  const auto cal = load_calibration(kRoot + "/dspark");
+  EngineOptions o;
+  o.max_running = 6;
+  o.max_batch_tokens = 64;
+  o.drafter = dspark.get();
+  o.calibration = cal ? &*cal : nullptr;
+  o.kv_block_size = 8;
+  LLMEngine engine(m, o);
+  const auto got = run_all(engine, {SamplingParams{}});
+  for (size_t i = 0; i < f.prompts.size(); ++i) EXPECT_EQ(got.at(i), f.plain[i]) << "dspark, request " << i;
+  EXPECT_GT(engine.stats().accepted_draft_tokens, 0u);
+  EXPECT_EQ(m.forwards, 0);
+  const auto& shared = dspark->info().shared_with_target;
+  if (std::find(shared.begin(), shared.end(), "lm_head.weight") != shared.end()) {
+    EXPECT_GT(m.head_calls, 0);  // the shared head ran through the (device) model
+  }
+  // With the lookup assist, rounds verifying lookup proposals take ids too.
+  DeviceLikeModel m2(*f.model);
+  auto dspark2 = load_drafter(kRoot + "/dspark", m2);
+  o.drafter = dspark2.get();
+  o.lookup_assist = true;
+  LLMEngine engine2(m2, o);
+  const auto got2 = run_all(engine2, {SamplingParams{}});
+  for (size_t i = 0; i < f.prompts.size(); ++i) EXPECT_EQ(got2.at(i), f.plain[i]) << "dspark + lookup, request " << i;
+  EXPECT_EQ(m2.forwards, 0);
+}
+
+TEST(EngineDeviceModel, SampledRequestsBringLogitRowsBack) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  DeviceLikeModel m(*fixture().model);
+  EngineOptions o;
+  o.max_running = 4;
+  LLMEngine engine(m, o);
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.seed = 3;
+  const auto got = run_all(engine, {SamplingParams{}, sampled});
+  EXPECT_EQ(got.size(), fixture().prompts.size());
+  for (const auto& [i, ids] : got) {
+    EXPECT_GT(ids.size(), 0u) << "request " << i;
+    EXPECT_LE(ids.size(), 24u) << "request " << i;
+  }
+  EXPECT_GT(m.forwards, 0);  // steps with a sampled request asked for logit rows
+}
