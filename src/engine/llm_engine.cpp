@@ -118,6 +118,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   const int bs = opts_.kv_block_size;
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
+  const DType kv_dtype = model.kv_dtype();  // BF16 in bf16 matmul precision: half the bytes per block
   // A model whose pool lives in device memory sizes it from that memory (the captured rows
   // of the drafter's feature store stay in host memory, outside that budget).
   const int64_t device_blocks =
@@ -136,6 +137,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     layout.n_kv_heads = mc.num_key_value_heads;
     layout.head_dim = mc.head_dim;
     layout.block_size = bs;
+    layout.dtype = kv_dtype;
     blocks = blocks_for_budget(opts_.kv_budget_bytes, opts_.cache_prealloc_ratio, layout);
     // With a drafter each block also keeps its positions' captured rows (feature store):
     // the budget covers both.

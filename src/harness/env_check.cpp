@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -222,10 +223,16 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
     break;
   }
   if (!drafter_dir.empty() && !m.drafter_found) m.drafter_error = drafter_dir + "/config.json: not found";
-  // KV: the paged pool stores K and V in F32 (engine/block_pool.h KVLayout).
+  // KV: the paged pool stores K and V in BF16 when the model commands' default matmul
+  // precision (bf16 unless DSINFER_MATMUL=f32) meets BF16 weights, else in F32 (the rule of
+  // Model::kv_dtype(); engine/block_pool.h KVLayout).
   m.max_model_len = std::min(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096, 4096);
   if (qwen3 && cfg.num_hidden_layers > 0 && cfg.num_key_value_heads > 0 && cfg.head_dim > 0) {
-    m.kv_bytes_per_token = 2ull * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * sizeof(float);
+    const char* prec = std::getenv("DSINFER_MATMUL");
+    const bool bf16_kv = cfg.torch_dtype == "bfloat16" && !(prec && std::string(prec) == "f32");
+    m.kv_dtype = bf16_kv ? "BF16" : "F32";
+    m.kv_bytes_per_token =
+        2ull * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * (bf16_kv ? 2u : sizeof(float));
     const double left = static_cast<double>(sys.mem_available) - static_cast<double>(m.weight_bytes);
     m.kv_budget_bytes = std::max(0.0, left * prealloc_ratio);
     m.kv_tokens = static_cast<int64_t>(m.kv_budget_bytes / static_cast<double>(m.kv_bytes_per_token));
@@ -340,7 +347,7 @@ std::string format_report(const SystemInfo& s, const ModelCheck* m, const Assess
       else
         o += "  drafter: none found" + (m->drafter_error.empty() ? std::string() : " (" + m->drafter_error + ")") + "\n";
       if (m->kv_bytes_per_token > 0) {
-        o += "  KV: " + bytes_str(static_cast<double>(m->kv_bytes_per_token)) + " per token (F32 K+V); budget " +
+        o += "  KV: " + bytes_str(static_cast<double>(m->kv_bytes_per_token)) + " per token (" + m->kv_dtype + " K+V); budget " +
              gib(m->kv_budget_bytes) + " -> " + std::to_string(m->kv_tokens) + " tokens = " +
              std::to_string(m->full_length_sequences) + " sequences of " + std::to_string(m->max_model_len) + "\n";
       } else {
@@ -381,7 +388,7 @@ json report_json(const SystemInfo& s, const ModelCheck* m, const Assessment& a) 
                   {"tokenizer_ok", m->tokenizer_ok}, {"chat_template", m->chat_template}, {"drafter_dir", m->drafter_dir},
                   {"drafter_kind", m->drafter_kind}, {"drafter_compatible", m->drafter_compatible},
                   {"drafter_error", m->drafter_error}, {"confidence_head", m->confidence_head},
-                  {"calibration", m->calibration}, {"kv_bytes_per_token", m->kv_bytes_per_token},
+                  {"calibration", m->calibration}, {"kv_bytes_per_token", m->kv_bytes_per_token}, {"kv_dtype", m->kv_dtype},
                   {"kv_budget_bytes", m->kv_budget_bytes}, {"kv_tokens", m->kv_tokens},
                   {"max_model_len", m->max_model_len}, {"full_length_sequences", m->full_length_sequences},
                   {"error", m->error}};

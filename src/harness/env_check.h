@@ -56,6 +56,7 @@ struct ModelCheck {
   std::string drafter_dir, drafter_kind, drafter_error;
   bool drafter_found = false, drafter_compatible = false, confidence_head = false, calibration = false;
   uint64_t kv_bytes_per_token = 0;    // 0: not estimated for this architecture
+  std::string kv_dtype;               // "BF16" (bf16 matmul precision, BF16 weights) or "F32"
   int max_model_len = 0;
   double kv_budget_bytes = 0;         // (available - weights) x prealloc ratio
   int64_t kv_tokens = 0;              // tokens that fit in that budget

@@ -9,23 +9,32 @@
 
 namespace dsinfer {
 
-DenseKVCache::DenseKVCache(int n_layers, int n_kv_heads, int head_dim, int max_slots, int max_tokens)
-    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), max_slots_(max_slots), max_tokens_(max_tokens) {
+DenseKVCache::DenseKVCache(int n_layers, int n_kv_heads, int head_dim, int max_slots, int max_tokens, DType dtype)
+    : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), max_slots_(max_slots), max_tokens_(max_tokens),
+      dtype_(dtype) {
+  check(dtype == DType::F32 || dtype == DType::BF16,
+        std::string("KV cache: element type ") + dtype_name(dtype) + " is not F32 or BF16");
   check(max_slots >= 1, "KV cache: max_slots must be >= 1 (got " + std::to_string(max_slots) + ")");
   check(max_tokens >= 1, "KV cache: max_tokens must be >= 1 (got " + std::to_string(max_tokens) + ")");
   const long double total = static_cast<long double>(n_layers) * max_slots * n_kv_heads * max_tokens * head_dim;
-  check(total * 4 * 2 < static_cast<long double>(1ull << 46),
+  const size_t esize = dtype_size(dtype);
+  check(total * esize * 2 < static_cast<long double>(1ull << 46),
         "KV cache: " + std::to_string(max_slots) + " slots x " + std::to_string(max_tokens) + " tokens is too large");
-  const size_t n = static_cast<size_t>(total);
-  // new float[n] (default-initialised): no zero fill, pages are committed on first write.
-  k_.reset(new float[n]);
-  v_.reset(new float[n]);
+  const size_t bytes = static_cast<size_t>(total) * esize;
+  // new std::byte[n] (default-initialised): no zero fill, pages are committed on first write.
+  k_.reset(new std::byte[bytes]);
+  v_.reset(new std::byte[bytes]);
   len_.assign(max_slots, 0);
 }
 
 void DenseKVCache::check_slot(int slot, const char* what) const {
   if (slot < 0 || slot >= max_slots_)
     throw Error(std::string("KV cache ") + what + ": slot " + std::to_string(slot) + " out of range [0, " + std::to_string(max_slots_) + ")");
+}
+
+void DenseKVCache::check_dtype(DType want) const {
+  if (dtype_ != want)
+    throw Error(std::string("KV cache: ") + dtype_name(want) + " access to a " + dtype_name(dtype_) + " cache");
 }
 
 int DenseKVCache::length(int slot) const {

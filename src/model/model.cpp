@@ -14,7 +14,7 @@ std::unique_ptr<BlockKVCache> Model::make_paged_kv_cache(int block_size, int64_t
                                                          int max_tokens) const {
   const ModelConfig& c = config();
   return std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, block_size, num_blocks,
-                                        max_slots, max_tokens);
+                                        max_slots, max_tokens, kv_dtype());
 }
 
 std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts) {

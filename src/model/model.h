@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace dsinfer {
@@ -56,6 +57,11 @@ class Model {
   // Creates a KV cache able to hold `max_slots` sequences of up to `max_tokens` each.
   virtual std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const = 0;
 
+  // Element type of the K/V this model's caches hold (make_kv_cache, and the batched
+  // engine's paged cache: the default make_paged_kv_cache passes it to PagedKVCache, and
+  // the engine sizes its pool in these bytes), read when a cache is made: the CPU Qwen3 forward keeps BF16 K/V
+  // when its matmuls run in bf16 precision over BF16 weights, F32 otherwise.
+  virtual DType kv_dtype() const { return DType::F32; }
   // Creates the batched engine's paged KV storage (model/block_kv_cache.h): num_blocks
   // blocks of block_size positions shared by max_slots slots of up to max_tokens each,
   // where this model's forward reads it. Default (model.cpp): PagedKVCache in host memory

@@ -2,6 +2,9 @@
 // batched engine's block pool (engine/block_pool.h does the bookkeeping: which blocks a
 // sequence holds, the prefix cache, copy-on-write; this class only stores the numbers).
 //
+// Element type: F32, or BF16 in bf16 matmul precision (Model::kv_dtype(); the forward
+// rounds K/V with kv_round_bf16 as it writes them), half the bytes per block.
+//
 // Layout: per layer, K and V are each [num_blocks][n_kv_heads][block_size][head_dim], so
 // one KV head's keys inside a block are contiguous in position order (as in the dense
 // cache) and a block is one contiguous run per layer. Memory is reserved up front and
@@ -14,11 +17,13 @@
 // the same table, in position order, so the logits are bit-identical to the dense
 // cache's. Copy-on-write and compaction moves are applied with copy_block.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/block_kv_cache.h"
 
 namespace dsinfer {
@@ -27,9 +32,9 @@ namespace dsinfer {
 class PagedKVCache : public BlockKVCache {
  public:
   // max_slots sequences at once, each of up to max_tokens positions; num_blocks blocks of
-  // block_size tokens shared by all of them.
+  // block_size tokens shared by all of them; elements of dtype F32 or BF16 (else Error).
   PagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks, int max_slots,
-               int max_tokens);
+               int max_tokens, DType dtype = DType::F32);
 
   int max_slots() const override { return static_cast<int>(slots_.size()); }
   int max_tokens() const override { return max_tokens_; }
@@ -48,13 +53,18 @@ class PagedKVCache : public BlockKVCache {
   int head_dim() const { return head_dim_; }
   int block_size() const override { return block_size_; }
   int64_t num_blocks() const override { return num_blocks_; }
-  // Floats of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
+  DType dtype() const { return dtype_; }
+  // Elements of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
   int64_t block_stride() const { return block_stride_; }
-  // Floats between consecutive KV heads inside a block.
+  // Elements between consecutive KV heads inside a block.
   int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
   // Base of layer `layer`'s K (V): block b starts at k(layer) + b * block_stride().
-  float* k(int layer) { return k_.get() + static_cast<int64_t>(layer) * num_blocks_ * block_stride_; }
-  float* v(int layer) { return v_.get() + static_cast<int64_t>(layer) * num_blocks_ * block_stride_; }
+  // k()/v() for an F32 cache, k_bf16()/v_bf16() (BF16 bit patterns) for a BF16 one; the
+  // accessor of the other type throws Error.
+  float* k(int layer) { return elems<float>(k_.get(), layer); }
+  float* v(int layer) { return elems<float>(v_.get(), layer); }
+  uint16_t* k_bf16(int layer) { return elems<uint16_t>(k_.get(), layer); }
+  uint16_t* v_bf16(int layer) { return elems<uint16_t>(v_.get(), layer); }
 
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
   void copy_block(int32_t src, int32_t dst, int n_tokens) override;
@@ -63,6 +73,12 @@ class PagedKVCache : public BlockKVCache {
 
  private:
   void check_slot(int slot, const char* what) const;
+  void check_dtype(DType want) const;
+  template <class T>
+  T* elems(std::byte* base, int layer) {
+    check_dtype(sizeof(T) == 4 ? DType::F32 : DType::BF16);
+    return reinterpret_cast<T*>(base) + static_cast<int64_t>(layer) * num_blocks_ * block_stride_;
+  }
   struct Slot {
     std::vector<int32_t> blocks;
     int length = 0;
@@ -70,7 +86,8 @@ class PagedKVCache : public BlockKVCache {
   int n_layers_, n_kv_heads_, head_dim_, block_size_;
   int64_t num_blocks_, block_stride_;
   int max_tokens_;
-  std::unique_ptr<float[]> k_, v_;
+  DType dtype_;
+  std::unique_ptr<std::byte[]> k_, v_;
   std::vector<Slot> slots_;
 };
 

@@ -6,6 +6,8 @@
 // Batch invariance holds because every kernel used here computes a row (or a (query,
 // head) pair) with an operation order that depends only on that row: the batch decides
 // how many rows there are, never how one of them is computed.
+// K/V go into the cache in its element type: copied (F32) or rounded by kv_round_bf16
+// (BF16, the cache of bf16 matmul precision); attention reads whichever it holds.
 #include "model/qwen3.h"
 
 #include <algorithm>
@@ -36,7 +38,14 @@ class Qwen3Model final : public Model {
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
     return std::make_unique<DenseKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, max_slots,
-                                          max_tokens);
+                                          max_tokens, kv_dtype());
+  }
+  // BF16 K/V exactly when the K and V projections run as Bf16Dot (their outputs already
+  // come from BF16-rounded activations): half the cache, and vdpbf16ps attention scores.
+  DType kv_dtype() const override {
+    const bool bf16 = matmul_precision() == MatmulPrecision::Bf16Dot && !layers_.empty() &&
+                      layers_[0].k.dtype == DType::BF16 && layers_[0].v.dtype == DType::BF16;
+    return bf16 ? DType::BF16 : DType::F32;
   }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override;
   void embed(const int32_t* ids, int n, float* out) const override;
@@ -205,6 +214,7 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const int64_t hs = dense ? dense->head_stride() : paged->head_stride();
   const int P = paged ? paged->block_size() : 0;
+  const bool kv_bf16 = (dense ? dense->dtype() : paged->dtype()) == DType::BF16;
 
   for (int l = 0; l < L; ++l) {
     const Qwen3LayerWeights& W = layers_[l];
@@ -216,32 +226,52 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       if (n == 0) continue;
       const int start = kv->length(en.slot);
       AttentionBlock b;
+      // Row i of this entry, KV head gq -> element offset `at` of the cache (F32 or BF16).
+      auto store = [&](auto* kc, auto* vc, int i, int gq, int64_t at) {
+        const float* ks = k + (r0 + i) * NKV + gq * D;
+        const float* vs = v + (r0 + i) * NKV + gq * D;
+        if constexpr (sizeof(*kc) == sizeof(float)) {
+          std::memcpy(kc + at, ks, D * sizeof(float));
+          std::memcpy(vc + at, vs, D * sizeof(float));
+        } else {
+          kv_round_bf16(ks, D, kc + at);
+          kv_round_bf16(vs, D, vc + at);
+        }
+      };
       if (dense) {
-        float* kc = dense->k(l, en.slot);
-        float* vc = dense->v(l, en.slot);
-        for (int i = 0; i < n; ++i)
-          for (int gq = 0; gq < NKVH; ++gq) {
-            std::memcpy(kc + gq * hs + (start + i) * D, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
-            std::memcpy(vc + gq * hs + (start + i) * D, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
-          }
-        b.k = kc;
-        b.v = vc;
+        auto fill = [&](auto* kc, auto* vc) {
+          for (int i = 0; i < n; ++i)
+            for (int gq = 0; gq < NKVH; ++gq) store(kc, vc, i, gq, gq * hs + (start + i) * D);
+        };
+        if (kv_bf16) {
+          fill(dense->k_bf16(l, en.slot), dense->v_bf16(l, en.slot));
+          b.k_bf16 = dense->k_bf16(l, en.slot);
+          b.v_bf16 = dense->v_bf16(l, en.slot);
+        } else {
+          fill(dense->k(l, en.slot), dense->v(l, en.slot));
+          b.k = dense->k(l, en.slot);
+          b.v = dense->v(l, en.slot);
+        }
       } else {
         // Position p in block ids[p / P] at offset p % P (bind() checked the ids).
         const int32_t* ids = paged->blocks(en.slot).data();
         const int64_t bs = paged->block_stride();
-        float* kl = paged->k(l);
-        float* vl = paged->v(l);
-        for (int i = 0; i < n; ++i) {
-          const int p = start + i;
-          const int64_t at = ids[p / P] * bs + static_cast<int64_t>(p % P) * D;
-          for (int gq = 0; gq < NKVH; ++gq) {
-            std::memcpy(kl + at + gq * hs, k + (r0 + i) * NKV + gq * D, D * sizeof(float));
-            std::memcpy(vl + at + gq * hs, v + (r0 + i) * NKV + gq * D, D * sizeof(float));
+        auto fill = [&](auto* kl, auto* vl) {
+          for (int i = 0; i < n; ++i) {
+            const int p = start + i;
+            const int64_t at = ids[p / P] * bs + static_cast<int64_t>(p % P) * D;
+            for (int gq = 0; gq < NKVH; ++gq) store(kl, vl, i, gq, at + gq * hs);
           }
+        };
+        if (kv_bf16) {
+          fill(paged->k_bf16(l), paged->v_bf16(l));
+          b.k_bf16 = paged->k_bf16(l);
+          b.v_bf16 = paged->v_bf16(l);
+        } else {
+          fill(paged->k(l), paged->v(l));
+          b.k = paged->k(l);
+          b.v = paged->v(l);
         }
-        b.k = kl;
-        b.v = vl;
         b.block_ids = ids;
         b.block_stride = bs;
         b.page_size = P;

@@ -8,7 +8,10 @@
 //  - after every run each block is back (free or idle cached) and the pool's invariants hold;
 //  - cancelling frees the request's blocks at once;
 //  - warm-up prompts are cached at start-up and then hit; idle defrag keeps outputs exact;
-//  - bad pool options and requests that could never fit are one-line errors.
+//  - bad pool options and requests that could never fit are one-line errors;
+//  - in bf16 matmul precision (BF16 K/V in both caches) the engine's outputs, plain and
+//    DSpark, with a small pool that preempts, still equal single-request plain greedy, and
+//    a memory budget buys twice the blocks (the block bytes follow the K/V element type).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -18,6 +21,8 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/block_pool.h"
+#include "kernels/cpu/matmul.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
 #include "model/model.h"
@@ -346,4 +351,89 @@ TEST(PagedEngine, BadPoolOptionsAndOversizedRequestsAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("KV blocks"), std::string::npos) << e.what();
   }
+}
+
+namespace {
+
+struct PrecisionScope {
+  explicit PrecisionScope(MatmulPrecision p) : saved(matmul_precision()) { set_matmul_precision(p); }
+  ~PrecisionScope() { set_matmul_precision(saved); }
+  MatmulPrecision saved;
+};
+
+// Runs cases [0, n) at once and compares each output with `plain` (same precision).
+void expect_outputs(const EngineOptions& opts, size_t n, const std::vector<std::vector<int32_t>>& plain,
+                    const std::string& what) {
+  Fixture& f = fixture();
+  LLMEngine engine(*f.model, opts);
+  std::map<uint64_t, std::vector<int32_t>> got;
+  std::map<uint64_t, size_t> case_of;
+  for (size_t i = 0; i < n; ++i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = f.cases[i].max_tokens;
+    req.on_event = [&](const RequestEvent& ev) {
+      auto& v = got[ev.id];
+      v.insert(v.end(), ev.new_ids.begin(), ev.new_ids.end());
+    };
+    case_of[engine.submit(std::move(req))] = i;
+  }
+  while (engine.step()) {
+  }
+  for (const auto& [id, i] : case_of) EXPECT_EQ(got[id], plain[i]) << what << ": request " << i;
+  expect_pool_drained(engine, what);
+}
+
+}  // namespace
+
+TEST(PagedEngine, Bf16KvIsLosslessAgainstSingleRequestDecoding) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  PrecisionScope prec(MatmulPrecision::Bf16Dot);
+  ASSERT_EQ(f.model->kv_dtype(), DType::BF16);
+  const size_t n = 24;
+  std::vector<std::vector<int32_t>> plain;
+  for (size_t i = 0; i < n; ++i) {
+    StopConditions stop;
+    stop.max_tokens = f.cases[i].max_tokens;
+    plain.push_back(generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids);
+  }
+  size_t differs = 0;  // the BF16 cache changes some greedy tokens against the F32 one
+  for (size_t i = 0; i < n; ++i) differs += plain[i] != f.cases[i].plain;
+  RecordProperty("outputs_differing_from_f32", static_cast<int>(differs));
+  EngineOptions o;
+  o.max_running = 12;
+  o.max_batch_tokens = 128;
+  expect_outputs(o, n, plain, "bf16 plain, roomy pool");
+  expect_outputs(small_pool(o), n, plain, "bf16 plain, small pool");
+  if (f.dspark) {
+    o.drafter = f.dspark.get();
+    o.calibration = f.cal ? &*f.cal : nullptr;
+    o = small_pool(o);
+    o.kv_block_size = 8;
+    o.kv_num_blocks = 80;
+    expect_outputs(o, n, plain, "bf16 dspark fixed, small pool");
+  }
+}
+
+TEST(PagedEngine, KvBudgetFollowsTheKvElementType) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  const ModelConfig& c = f.model->config();
+  EngineOptions o;
+  o.kv_budget_bytes = 64ull << 20;
+  o.cache_prealloc_ratio = 0.5;
+  o.kv_block_size = 16;
+  int64_t blocks[2];
+  for (int i = 0; i < 2; ++i) {
+    PrecisionScope prec(i == 0 ? MatmulPrecision::F32 : MatmulPrecision::Bf16Dot);
+    LLMEngine engine(*f.model, o);
+    blocks[i] = engine.stats().kv_blocks_total;
+    KVLayout l{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, 16, i == 0 ? DType::F32 : DType::BF16};
+    EXPECT_EQ(blocks[i], blocks_for_budget(o.kv_budget_bytes, 0.5, l));
+  }
+  // 2 (K, V) x 8 layers x 2 KV heads x 64 x 16 tokens: 128 KiB per F32 block, 64 KiB per
+  // BF16 one; 64 MiB x 0.5 holds 256 of the first and 512 of the second.
+  EXPECT_EQ(blocks[0], 256);
+  EXPECT_EQ(blocks[1], 512);
 }

@@ -13,6 +13,9 @@
 // (MODEL_CARD.md has the 256-token table). The floors sit ~10% under those figures: a
 // DSpark τ under 3.5, or DSpark no longer beating DFlash by 10%, means the drafter or its
 // loading/forward broke (a few argmax flips from a different ISA path move τ by < 1%).
+// The tests above run in f32 matmul precision (F32 K/V); Bf16PrecisionIsLossless repeats
+// the DSpark and DFlash checks in the CLI's default bf16 precision (BF16 K/V, vdpbf16ps
+// attention scores) on the first 8 prompts, against plain greedy decoding in that precision.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/generator.h"
+#include "kernels/cpu/matmul.h"
 #include "engine/speculative.h"
 #include "model/model.h"
 #include "spec/calibration.h"
@@ -143,6 +147,31 @@ TEST(ShippedDrafters, DSparkIsLosslessAndAboveItsTauFloor) {
   std::printf("DSpark (dspark schedule) mean tau %.3f, mean drafts verified %.2f\n", tau_sched, verified);
   EXPECT_LT(verified, 7.9);
   EXPECT_GT(tau_sched, 3.0);
+}
+
+TEST(ShippedDrafters, Bf16PrecisionIsLossless) {
+  if (!have("target") || !have("dspark") || !have("dflash")) GTEST_SKIP() << "shipped drafters absent";
+  Shipped& s = shipped();  // (its plain outputs are f32-precision ones; not used here)
+  const MatmulPrecision saved = matmul_precision();
+  set_matmul_precision(MatmulPrecision::Bf16Dot);
+  ASSERT_EQ(s.model->kv_dtype(), DType::BF16);
+  StopConditions stop;
+  stop.max_tokens = kNewTokens;
+  for (const char* name : {"dspark", "dflash"}) {
+    auto d = load_drafter(kRoot + "/" + name, *s.model);
+    SpecOptions so;
+    so.drafter = d.get();
+    double tau = 0;
+    for (size_t i = 0; i < 8; ++i) {
+      const auto plain = generate(*s.model, s.tok.get(), s.prompts[i], SamplingParams{}, stop);
+      const auto spec = generate(*s.model, s.tok.get(), s.prompts[i], SamplingParams{}, stop, {}, so);
+      EXPECT_EQ(spec.ids, plain.ids) << name << " prompt " << i;
+      tau += spec.spec.tau() / 8.0;
+    }
+    std::printf("%s mean tau %.3f over 8 prompts in bf16 precision\n", name, tau);
+    EXPECT_GT(tau, 2.5) << name;
+  }
+  set_matmul_precision(saved);
 }
 
 // The lookup assist (spec/lookup_assist.h) next to the DSpark drafter: rounds whose suffix

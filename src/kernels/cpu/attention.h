@@ -1,5 +1,5 @@
 // dsinfer kernels: grouped-query attention of a block of new queries against a sequence's
-// K/V cache (F32), causal (the target model) or not (the block drafter).
+// K/V cache (F32 or BF16), causal (the target model) or not (the block drafter).
 //
 // Data flow: the model has already written the new tokens' keys/values into the cache, so
 // query i of a causal block (at absolute position start_pos + i) attends to cache positions
@@ -23,6 +23,13 @@
 // exactly that of attend_row_avx2 on AVX2 and AVX-512 CPUs (attend_row_scalar's on others).
 // It never depends on the other queries of the block, on the other blocks of the batch, or
 // on how the work is spread over threads.
+//
+// BF16 K/V (AttentionBlock::k_bf16/v_bf16; the target's cache in bf16 matmul precision):
+// the model writes K/V rounded with kv_round_bf16(); a score is the query rounded to BF16
+// dotted with the key as vdpbf16ps computes it, the softmax and the value sums are the F32
+// path's on the exactly widened values. attend_row_bf16_reference() states the order; the
+// AVX512_BF16 kernel, its AVX-512F emulation and the per-row fallback give its bits, so
+// they do not depend on the CPU either (softmax aside on CPUs without AVX2, as for F32).
 #pragma once
 #include <cstdint>
 
@@ -49,6 +56,10 @@ struct AttentionBlock {
   const int32_t* block_ids = nullptr;
   int64_t block_stride = 0;
   int page_size = 0;
+  // BF16 cache: when k_bf16 is set, k and v are ignored and K/V are read from k_bf16 /
+  // v_bf16 (BF16 bit patterns) with the same element strides and block mapping.
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
 };
 
 // scale multiplies q·k (1/sqrt(head_dim) for Qwen3). pool == nullptr: ThreadPool::global().
@@ -62,5 +73,32 @@ void attend_row_scalar(const float* q, const float* k, const float* v, int n_key
                        float* scores, float* out);
 void attend_row_avx2(const float* q, const float* k, const float* v, int n_keys, int head_dim, float scale,
                      float* scores, float* out);
+
+// Rounds n floats to BF16 for the K/V cache: a subnormal becomes a zero of its sign, then
+// round-to-nearest-even (NaN kept, quieted) -- matmul's Bf16Dot rounding of activations,
+// the same bits on every path. dst may have any alignment.
+void kv_round_bf16(const float* src, int64_t n, uint16_t* dst);
+
+// The specification of BF16 K/V attention for one query row (k, v: n_keys rows of
+// head_dim BF16 values; `scores` has room for n_keys). In this order:
+//   1. qb = the query rounded as kv_round_bf16; qb and every key are zero-padded to D32 =
+//      head_dim rounded up to 32.
+//   2. score_j: 16 partial sums p[l] = +0; for each 32-chunk c and l = 0..15, odd element
+//      first: p[l] = step(p[l], qb[32c+2l+1], k[32c+2l+1]); p[l] = step(p[l], qb[32c+2l],
+//      k[32c+2l]) (step = matmul_detail::bf16_dot_step: exact product, one rounding,
+//      result below FLT_MIN flushed to a signed zero; this is vdpbf16ps lane for lane);
+//      then the tree ((q0+q4)+(q2+q6))+((q1+q5)+(q3+q7)) with q_l = p[l]+p[l+8], every sum
+//      flushed (matmul_detail::reduce16_ftz), then times scale as SSE multiplies with FTZ.
+//   3. the softmax numerators and their sum: exp_shifted_sum_avx2 where the CPU has AVX2
+//      (exp_shifted_sum_scalar else), as the F32 path.
+//   4. out[i] = fma(e_j, float(v_j[i]), out[i]) over j ascending from +0 (no flushing),
+//      then out[i] *= 1 / sum.
+// The grouped kernels give these bits for every head_dim % 32 == 0; other sizes, and CPUs
+// without AVX-512, run this function itself.
+void attend_row_bf16_reference(const float* q, const uint16_t* k, const uint16_t* v, int n_keys, int head_dim,
+                               float scale, float* scores, float* out);
+// Steps 1-2 alone: scores[j] for j < n_keys.
+void attend_scores_bf16_reference(const float* q, const uint16_t* k, int n_keys, int head_dim, float scale,
+                                  float* scores);
 
 }  // namespace dsinfer

@@ -10,6 +10,10 @@
 //  - value accumulation is lane-wise, so a zmm of 16 output lanes runs the same fma
 //    chains as two ymm.
 // The softmax is exp_shifted_sum_avx512, bit-identical to the AVX2 one.
+// BF16 cache (attention_internal.h): the values kernels widen each BF16 value exactly and
+// run the same chains; the scores kernel here emulates vdpbf16ps with two fmas per lane
+// (the native one is in attention_avx512bf16.cpp), both give attend_row_bf16_reference's
+// bits. K/V and query rounding to BF16 (to_bf16) is matmul's x_to_bf16 rule on 16 lanes.
 // A scores tile keeps 3 query vectors x 8 keys of accumulators (24 zmm) so every key
 // chunk is loaded once for three queries (the three heads of a GQA group at decode); a
 // values tile keeps 4 vectors x 64 output lanes (16 zmm) so every value row is loaded
@@ -22,6 +26,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
+#include "kernels/cpu/attention_avx512_common.h"
 #include "kernels/cpu/attention_internal.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/cpu/vec_exp_avx2.h"
@@ -29,46 +34,11 @@
 namespace dsinfer::attention_detail {
 namespace {
 
+using namespace avx512;
+
 constexpr int kScoreTile = 3;
 constexpr int kValueTile = 4;
 constexpr int kValueU = 4;  // zmm of head_dim per values pass
-
-// Left to itself GCC folds a load used by several fmas into each of them as a memory
-// operand, which makes the loop load-bound (one load per fma); this keeps one load.
-inline __m512 in_register(__m512 x) {
-  __asm__("" : "+v"(x));
-  return x;
-}
-
-// Software prefetch distance, in keys (4 KB of K or V rows at head_dim 64): measured
-// best against DRAM-resident K/V (bench_attention cold = 1).
-constexpr int kPrefetchKeys = 16;
-
-// Prefetches n floats from p, one cache line per 16.
-inline void prefetch_floats(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
-
-// The eight scores (before scale) of acc[0..7], one key each, in key order. Same additions
-// as hsum8() in attention_avx2.cpp on s_k = low half + high half of acc[k].
-inline __m256 reduce8(const __m512 acc[8]) {
-  // z_k = [s_k | s_{k+4}] (256-bit halves).
-  __m512 z[4];
-  for (int k = 0; k < 4; ++k)
-    z[k] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[k], acc[k + 4], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_f32x4(acc[k], acc[k + 4], _MM_SHUFFLE(3, 2, 3, 2)));
-  // a_k = lo128(s_k) + hi128(s_k), keys k and k+4 side by side (hsum8's a_k): [a0 | a2], [a1 | a3].
-  const __m512 a02 = _mm512_add_ps(_mm512_shuffle_f32x4(z[0], z[2], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(z[0], z[2], _MM_SHUFFLE(3, 1, 3, 1)));
-  const __m512 a13 = _mm512_add_ps(_mm512_shuffle_f32x4(z[1], z[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                   _mm512_shuffle_f32x4(z[1], z[3], _MM_SHUFFLE(3, 1, 3, 1)));
-  // [g01 | g23], then hsum8's last step.
-  const __m512 g = _mm512_add_ps(_mm512_shuffle_ps(a02, a13, _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_ps(a02, a13, _MM_SHUFFLE(3, 2, 3, 2)));
-  const __m256 g01 = _mm512_castps512_ps256(g), g23 = _mm512_extractf32x8_ps(g, 1);
-  return _mm256_add_ps(_mm256_shuffle_ps(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm256_shuffle_ps(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)));
-}
 
 template <int Q>
 void scores_tile(const float* const* q, const float* k, int j0, int j1, int D, float scale, float* const* s,
@@ -115,20 +85,29 @@ void scores(int nq, const float* const* q, const float* k, int j0, int j1, int D
   }
 }
 
-// Lanes [c0, c0 + 16U) of out[r], r < Q, over keys [j0, j1).
-template <int Q, int U>
-void values_pass(const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+// 16 values of a V row as F32 (BF16 widened exactly).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+}
+inline void prefetch_row(const float* p, int n) { prefetch_floats(p, n); }
+inline void prefetch_row(const uint16_t* p, int n) { prefetch_bf16(p, n); }
+
+// Lanes [c0, c0 + 16U) of out[r], r < Q, over keys [j0, j1); T: the cache's element type.
+template <int Q, int U, class T>
+void values_pass(const float* const* p, const T* v, int j0, int j1, int D, float* const* out, bool zero,
                  bool prefetch, int c0) {
   __m512 acc[Q][U];
   for (int r = 0; r < Q; ++r)
     for (int u = 0; u < U; ++u) acc[r][u] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out[r] + c0 + u * 16);
   for (int j = j0; j < j1; ++j) {
-    const float* vj = v + static_cast<int64_t>(j) * D + c0;
-    if (prefetch && c0 == 0) prefetch_floats(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
+    const T* vj = v + static_cast<int64_t>(j) * D + c0;
+    if (prefetch && c0 == 0) prefetch_row(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
     __m512 pj[Q];
     for (int r = 0; r < Q; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
     for (int u = 0; u < U; ++u) {
-      const __m512 vv = in_register(_mm512_loadu_ps(vj + u * 16));
+      const __m512 vv = in_register(load16(vj + u * 16));
       for (int r = 0; r < Q; ++r) acc[r][u] = _mm512_fmadd_ps(pj[r], vv, acc[r][u]);
     }
   }
@@ -136,8 +115,8 @@ void values_pass(const float* const* p, const float* v, int j0, int j1, int D, f
     for (int u = 0; u < U; ++u) _mm512_storeu_ps(out[r] + c0 + u * 16, acc[r][u]);
 }
 
-template <int Q>
-void values_tile(const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+template <int Q, class T>
+void values_tile(const float* const* p, const T* v, int j0, int j1, int D, float* const* out, bool zero,
                  bool prefetch) {
   int c = 0;
   for (; c + kValueU * 16 <= D; c += kValueU * 16) values_pass<Q, kValueU>(p, v, j0, j1, D, out, zero, prefetch, c);
@@ -149,7 +128,8 @@ void values_tile(const float* const* p, const float* v, int j0, int j1, int D, f
   }
 }
 
-void values(int nq, const float* const* p, const float* v, int j0, int j1, int D, float* const* out, bool zero,
+template <class T>
+void values(int nq, const float* const* p, const T* v, int j0, int j1, int D, float* const* out, bool zero,
             bool prefetch) {
   switch (nq) {
     case 1: values_tile<1>(p, v, j0, j1, D, out, zero, prefetch); break;
@@ -164,10 +144,86 @@ void scale_out(float* out, int D, float inv) {
   for (int i = 0; i < D; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_loadu_ps(out + i), vinv));
 }
 
+// ---- BF16 cache ---------------------------------------------------------------------------
+
+// x_to_bf16 on 16 lanes (matmul's Bf16Dot rounding): a subnormal becomes a zero of its
+// sign, NaN is quieted, else round to nearest even.
+inline __m256i to_bf16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 sub = _mm512_cmplt_epu32_mask(abs, _mm512_set1_epi32(0x00800000));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+  u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
+}
+
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+// vdpbf16ps emulated with AVX-512F: the odd element's product first, then the even one's,
+// each an fma (exact product, one rounding); MXCSR's DAZ/FTZ (set by attend_group) flush
+// as the instruction does.
+struct EmuDot {
+  struct Q {
+    __m512 odd, even;
+  };
+  static __m512 odd(__m512i x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
+  static __m512 even(__m512i x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
+  static Q load_q(const uint16_t* p) {
+    const __m512i x = _mm512_loadu_si512(p);
+    return {odd(x), even(x)};
+  }
+  static __m512i load_k(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  static __m512 step(__m512 acc, const Q& q, __m512i k) {
+    acc = _mm512_fmadd_ps(q.odd, in_register(odd(k)), acc);
+    return _mm512_fmadd_ps(q.even, in_register(even(k)), acc);
+  }
+};
+
+constexpr int kEmuScoreTile = 2;  // 16 accumulators + 4 query + 2 key registers
+
+void scores_bf16_emu(int nq, const uint16_t* const* qb, const uint16_t* k, int j0, int j1, int D, float scale,
+                     float* const* s, bool prefetch) {
+  if (nq == 1) scores_bf16_tile<EmuDot, 1>(qb, k, j0, j1, D, scale, s, prefetch);
+  else scores_bf16_tile<EmuDot, kEmuScoreTile>(qb, k, j0, j1, D, scale, s, prefetch);
+}
+
 }  // namespace
 
 const GroupKernels& group_kernels_avx512() {
-  static const GroupKernels k{kScoreTile, kValueTile, scores, values, exp_shifted_sum_avx512, scale_out};
+  static const GroupKernels k{kScoreTile, kValueTile, scores, values<float>, exp_shifted_sum_avx512,
+                              scale_out};
+  return k;
+}
+
+void values_bf16_avx512(int nq, const float* const* p, const uint16_t* v, int j0, int j1, int head_dim,
+                        float* const* out, bool zero, bool prefetch) {
+  values<uint16_t>(nq, p, v, j0, j1, head_dim, out, zero, prefetch);
+}
+
+void scale_out_avx512(float* out, int head_dim, float inv) { scale_out(out, head_dim, inv); }
+
+void round_q_bf16_avx512(const float* q, int head_dim, uint16_t* qb) {
+  const int d32 = (head_dim + 31) & ~31;
+  for (int i = 0; i < d32; i += 16) {
+    const int64_t n = head_dim - i;
+    const __mmask16 m = n > 0 ? tail_mask(n) : __mmask16(0);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + i), to_bf16(_mm512_maskz_loadu_ps(m, q + i)));
+  }
+}
+
+void kv_round_bf16_avx512(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    _mm256_mask_storeu_epi16(dst + i, m, to_bf16(_mm512_maskz_loadu_ps(m, src + i)));
+  }
+}
+
+const GroupKernelsBf16& group_kernels_bf16_avx512() {
+  static const GroupKernelsBf16 k{kEmuScoreTile,      kValueTile, scores_bf16_emu, values_bf16_avx512,
+                                  exp_shifted_sum_avx512, scale_out,  round_q_bf16_avx512};
   return k;
 }
 

@@ -30,6 +30,15 @@
 //    times 1/sum: lane-wise, so the vector width and the tiling do not change it. Keys a
 //    vector does not see are never folded in with p = 0: fma(0, v, acc) is not always acc
 //    (a -0 acc becomes +0, an inf or NaN v poisons it).
+//
+// BF16 K/V (QueryGroup::k16): the same four passes with GroupKernelsBf16. attend_group()
+// first rounds each query vector to BF16 (GroupKernelsBf16::round_q, zero-padded to a
+// multiple of 32) into scratch, runs pass 1 with MXCSR's FTZ and DAZ set (the flushing of
+// attend_row_bf16_reference's step 2; vdpbf16ps itself always flushes) and passes 2-4 with
+// the caller's MXCSR. A score is one 16-lane vdpbf16ps chain over head_dim / 32 steps
+// reduced by the same tree as the F32 path's (reduce8 on AVX-512), so the tiling and the
+// paging change no bit; the values pass widens each BF16 value exactly and runs the F32
+// path's fma chains.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -55,6 +64,10 @@ struct QueryGroup {
   const int32_t* block_ids = nullptr;
   int64_t block_stride = 0;
   int page_size = 0;
+  // BF16 cache (k16 != nullptr): keys and values are read from k16 / v16 instead of k / v,
+  // with the same element offsets.
+  const uint16_t* k16 = nullptr;
+  const uint16_t* v16 = nullptr;
 };
 
 inline constexpr int kMaxGroupVectors = 48;
@@ -80,6 +93,35 @@ struct GroupKernels {
 const GroupKernels& group_kernels_avx2();    // head_dim % 8 == 0
 const GroupKernels& group_kernels_avx512();  // head_dim % 16 == 0
 
+// The micro-kernels over a BF16 cache (head_dim % 32 == 0); the meaning of every member is
+// GroupKernels', with BF16 keys/values and BF16 query vectors qb (round_q's output).
+struct GroupKernelsBf16 {
+  int score_tile = 1;
+  int value_tile = 1;
+  // Called with MXCSR's FTZ and DAZ set (attend_group does it).
+  void (*scores)(int nq, const uint16_t* const* qb, const uint16_t* k, int j0, int j1, int head_dim, float scale,
+                 float* const* s, bool prefetch);
+  void (*values)(int nq, const float* const* p, const uint16_t* v, int j0, int j1, int head_dim, float* const* out,
+                 bool zero, bool prefetch);
+  float (*exp_sum)(const float* x, float* e, int64_t n);
+  void (*scale_out)(float* out, int head_dim, float inv);
+  // qb[0, head_dim) = kv_round_bf16(q), qb[head_dim, pad32(head_dim)) = 0.
+  void (*round_q)(const float* q, int head_dim, uint16_t* qb);
+};
+
+const GroupKernelsBf16& group_kernels_bf16_avx512();      // AVX-512F emulation of vdpbf16ps
+const GroupKernelsBf16& group_kernels_bf16_avx512bf16();  // native vdpbf16ps (AVX512_BF16)
+// Shared by both (attention_avx512.cpp).
+void values_bf16_avx512(int nq, const float* const* p, const uint16_t* v, int j0, int j1, int head_dim,
+                        float* const* out, bool zero, bool prefetch);
+void round_q_bf16_avx512(const float* q, int head_dim, uint16_t* qb);
+void scale_out_avx512(float* out, int head_dim, float inv);
+void kv_round_bf16_avx512(const float* src, int64_t n, uint16_t* dst);
+
+// Which BF16-cache kernel attention_isa() may use at IsaLevel::Avx512 (tests force the
+// emulation on a CPU that has the instruction).
+enum class Bf16Kernel { Native, Emulated };
+
 // The best level this CPU can run, ignoring DSINFER_ISA (tests iterate up to it).
 IsaLevel hardware_isa_level();
 
@@ -87,12 +129,15 @@ IsaLevel hardware_isa_level();
 size_t group_scratch_floats(const QueryGroup& g);
 // Attends every vector of g with the kernels `kern` (scratch: group_scratch_floats(g)).
 void attend_group(const GroupKernels& kern, const QueryGroup& g, float* scratch);
+// The same over a BF16 cache (g.k16 / g.v16 set).
+void attend_group(const GroupKernelsBf16& kern, const QueryGroup& g, float* scratch);
 
 // attention_causal() with an explicit ISA level (lowered to what the CPU can run) instead
 // of isa_level(), and an explicit cap on the vectors of one work item; tests use it to
 // compare paths in one process (DSINFER_ISA is read only once) and to force small blocks
 // to be split across work items and threads.
 void attention_isa(IsaLevel isa, const AttentionBlock* blocks, int n_blocks, int n_heads, int n_kv_heads,
-                   int head_dim, float scale, ThreadPool* pool, int max_vectors = kMaxGroupVectors);
+                   int head_dim, float scale, ThreadPool* pool, int max_vectors = kMaxGroupVectors,
+                   Bf16Kernel bf16_kernel = Bf16Kernel::Native);
 
 }  // namespace dsinfer::attention_detail
