@@ -36,28 +36,16 @@ class PagedKVCache : public BlockKVCache {
   PagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks, int max_slots,
                int max_tokens, DType dtype = DType::F32);
 
-  int max_slots() const override { return static_cast<int>(slots_.size()); }
-  int max_tokens() const override { return max_tokens_; }
-  int length(int slot) const override;
-  void truncate(int slot, int new_length) override;
-
-  // Points `slot` at a block table: position p lives in blocks[p / block_size]; the first
-  // `length` positions hold K/V. The ids are copied (the table may change afterwards).
-  void bind(int slot, std::span<const int32_t> blocks, int length) override;
-  std::span<const int32_t> blocks(int slot) const override;
-  // Positions the bound blocks can hold.
-  int capacity(int slot) const override;
+  // Slots, tables and lengths: BlockKVCache (bind, blocks, capacity, set_length, ...).
 
   int n_layers() const { return n_layers_; }
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
-  int block_size() const override { return block_size_; }
-  int64_t num_blocks() const override { return num_blocks_; }
   DType dtype() const { return dtype_; }
   // Elements of one block in one layer (K or V): n_kv_heads * block_size * head_dim.
   int64_t block_stride() const { return block_stride_; }
   // Elements between consecutive KV heads inside a block.
-  int64_t head_stride() const { return static_cast<int64_t>(block_size_) * head_dim_; }
+  int64_t head_stride() const { return static_cast<int64_t>(block_size()) * head_dim_; }
   // Base of layer `layer`'s K (V): block b starts at k(layer) + b * block_stride().
   // k()/v() for an F32 cache, k_bf16()/v_bf16() (BF16 bit patterns) for a BF16 one; the
   // accessor of the other type throws Error.
@@ -68,27 +56,18 @@ class PagedKVCache : public BlockKVCache {
 
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
   void copy_block(int32_t src, int32_t dst, int n_tokens) override;
-  // Called by the model once every layer has written the new positions.
-  void set_length(int slot, int len);
 
  private:
-  void check_slot(int slot, const char* what) const;
   void check_dtype(DType want) const;
   template <class T>
   T* elems(std::byte* base, int layer) {
     check_dtype(sizeof(T) == 4 ? DType::F32 : DType::BF16);
-    return reinterpret_cast<T*>(base) + static_cast<int64_t>(layer) * num_blocks_ * block_stride_;
+    return reinterpret_cast<T*>(base) + static_cast<int64_t>(layer) * num_blocks() * block_stride_;
   }
-  struct Slot {
-    std::vector<int32_t> blocks;
-    int length = 0;
-  };
-  int n_layers_, n_kv_heads_, head_dim_, block_size_;
-  int64_t num_blocks_, block_stride_;
-  int max_tokens_;
+  int n_layers_, n_kv_heads_, head_dim_;
+  int64_t block_stride_;
   DType dtype_;
   std::unique_ptr<std::byte[]> k_, v_;
-  std::vector<Slot> slots_;
 };
 
 }  // namespace dsinfer

@@ -33,17 +33,7 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   CudaPagedKVCache(const CudaPagedKVCache&) = delete;
   CudaPagedKVCache& operator=(const CudaPagedKVCache&) = delete;
 
-  // KVCache
-  int max_slots() const override { return static_cast<int>(slots_.size()); }
-  int max_tokens() const override { return max_tokens_; }
-  int length(int slot) const override;
-  void truncate(int slot, int new_length) override;
-  // BlockKVCache
-  void bind(int slot, std::span<const int32_t> blocks, int length) override;
-  std::span<const int32_t> blocks(int slot) const override;
-  int capacity(int slot) const override;
-  int block_size() const override { return block_size_; }
-  int64_t num_blocks() const override { return num_blocks_; }
+  // BlockKVCache (slots, tables and lengths are its bookkeeping)
   void copy_block(int32_t src, int32_t dst, int n_tokens) override;
   // DeviceKVStorage
   int storage_layers() const override { return n_layers_; }
@@ -52,7 +42,7 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   uint64_t uid() const override { return uid_; }
   KVLayerView layer(int l) const override;
   int slot_capacity(int slot) const override { return capacity(slot); }
-  void set_length(int slot, int len) override;
+  void set_length(int slot, int len) override { BlockKVCache::set_length(slot, len); }
   void upload(cudaStream_t stream) override;
 
   // Device bytes of one block (K and V, all layers).
@@ -61,21 +51,17 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   }
 
  private:
-  void check_slot(int slot, const char* what) const;
-  struct Slot {
-    std::vector<int32_t> blocks;
-    int length = 0;
-  };
-  int n_layers_, n_kv_heads_, head_dim_, block_size_;
-  int64_t num_blocks_, block_stride_;
-  int max_tokens_, table_stride_;
+  // bind's table into the pinned mirror (uploaded by the next forward).
+  void on_bind(int slot, std::span<const int32_t> blocks) override;
+  int n_layers_, n_kv_heads_, head_dim_;
+  int64_t block_stride_;
+  int table_stride_;
   uint64_t uid_;
   bf16* k_ = nullptr;
   bf16* v_ = nullptr;
   int32_t* table_dev_ = nullptr;
   int32_t* table_host_ = nullptr;  // pinned mirror
   bool tables_dirty_ = true;
-  std::vector<Slot> slots_;
 };
 
 }  // namespace dsinfer::cuda
