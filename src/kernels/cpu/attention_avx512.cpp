@@ -21,6 +21,8 @@
 // K/V at decode, see attention_internal.h).
 #include <immintrin.h>
 
+#include "kernels/cpu/bf16_avx512.h"
+
 // GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*() (`__Y = __Y`),
 // which -Wuninitialized reports at every inlined use; the values are fully defined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -146,19 +148,7 @@ void scale_out(float* out, int D, float inv) {
 
 // ---- BF16 cache ---------------------------------------------------------------------------
 
-// x_to_bf16 on 16 lanes (matmul's Bf16Dot rounding): a subnormal becomes a zero of its
-// sign, NaN is quieted, else round to nearest even.
-inline __m256i to_bf16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 sub = _mm512_cmplt_epu32_mask(abs, _mm512_set1_epi32(0x00800000));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
-}
+using kernels_avx512::to_bf16;  // bf16_avx512.h
 
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
 

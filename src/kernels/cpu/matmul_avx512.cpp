@@ -13,6 +13,8 @@
 // through the canonical tree at once, transposed) before the in-order scalar tail.
 #include <immintrin.h>
 
+#include "kernels/cpu/bf16_avx512.h"
+
 // GCC 12's AVX-512 headers build some intrinsics on _mm512_undefined_*() (`__Y = __Y`),
 // which -Wuninitialized reports at every inlined use; the values are fully defined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -185,19 +187,7 @@ struct EmulatedDot {
   }
 };
 
-// x -> BF16 (matmul_internal.h step 0) for 16 floats: subnormals to signed zero, NaN
-// quieted, otherwise round to nearest even on the bit pattern, as f32_to_bf16.
-inline __m256i to_bf16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  const __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
-  const __mmask16 sub = _mm512_cmplt_epu32_mask(abs, _mm512_set1_epi32(0x00800000));
-  const __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
-  u = _mm512_mask_and_epi32(u, sub, u, _mm512_set1_epi32(static_cast<int>(0x80000000u)));
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i rounded = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
-  const __m512i quiet = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_mask_mov_epi32(rounded, nan, quiet), 16));
-}
+using kernels_avx512::to_bf16;  // bf16_avx512.h
 
 // Tile shapes of the emulation: a split W chunk takes two registers, so m > 1 uses 4 x 4
 // (16 accumulators + 8 W + 2 x).
