@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "engine/draft_worker.h"
 #include "engine/sps_profile.h"
+#include "kernels/cpu/attention.h"
 #include "model/model.h"
 #include "model/block_kv_cache.h"
 #include "spec/calibration.h"
@@ -39,8 +41,9 @@ struct LLMEngine::Sequence {
   bool decoding = false;   // prompt done; anchor holds the next token to verify
   int32_t anchor = 0;
   std::unique_ptr<DraftSequence> draft;
-  std::vector<int32_t> pending_tokens;  // committed but not yet given to the drafter
-  std::vector<float> pending_hidden;
+  // Committed positions not yet given to the drafter: [draft->context_length(), + size).
+  // Their captured target rows are in the feature store; a drafter pass gathers them.
+  std::vector<int32_t> pending_tokens;
   Rng rng;
   std::unique_ptr<OutputStream> out;
   SpecStats spec;
@@ -93,6 +96,9 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     max_drafts_ = std::max(max_drafts_, 0);
     capture_ = info.target_layer_ids;
     feat_ = static_cast<int>(capture_.size()) * model.config().hidden_size;
+    // Kept in BF16 when the drafter's matmuls round their inputs to BF16 anyway (bf16 matmul
+    // precision, where the model's K/V are BF16 too): the same drafts from half the bytes.
+    features_bf16_ = model.kv_dtype() == DType::BF16;
     if (opts_.policy != VerifyPolicy::Fixed && !info.confidence_head)
       throw Error("engine: the " + std::string(is_dspark_policy(opts_.policy) ? "dspark" : "threshold") +
                   " policy needs a drafter with a confidence head");
@@ -127,7 +133,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     blocks = device_blocks;
     // The drafter's feature store stays in host memory: at most the host budget's share.
     if (feat_) {
-      const double feature_bytes_per_block = 4.0 * bs * feat_;
+      const double feature_bytes_per_block = static_cast<double>(bs) * feature_row_bytes();
       const double host = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio;
       blocks = std::min<int64_t>(blocks, static_cast<int64_t>(host / feature_bytes_per_block));
     }
@@ -142,7 +148,9 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     // With a drafter each block also keeps its positions' captured rows (feature store):
     // the budget covers both.
     const double kv_bytes = static_cast<double>(layout.bytes_per_block());
-    if (feat_) blocks = static_cast<int64_t>(static_cast<double>(blocks) * kv_bytes / (kv_bytes + 4.0 * bs * feat_));
+    if (feat_)
+      blocks = static_cast<int64_t>(static_cast<double>(blocks) * kv_bytes /
+                                    (kv_bytes + static_cast<double>(bs) * feature_row_bytes()));
   } else if (blocks <= 0) {
     blocks = static_cast<int64_t>(opts_.max_running) * ((max_seq_tokens_ + bs - 1) / bs + 1);
   }
@@ -156,8 +164,13 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pool_ = std::make_unique<BlockPool>(pc);
   kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_);
   paged_ = kv_.get();
-  // Uninitialised (no fill): pages are committed as blocks are written.
-  if (feat_) features_.reset(new float[static_cast<size_t>(blocks) * bs * static_cast<size_t>(feat_)]);
+  if (feat_) features_.reset(new std::byte[static_cast<size_t>(blocks) * bs * feature_row_bytes()]);
+  // The pool's memory is committed now (--cache-prealloc-ratio takes it at start-up), not
+  // page by page while serving: in a VM a first touch costs microseconds per 4 KB page, and
+  // the first requests' prefill steps paid it (the feature store, as large as the K/V, made
+  // speculative engines pay more: a tenth of a run at concurrency 128).
+  kv_->prefault();
+  if (feat_) std::memset(features_.get(), 0, static_cast<size_t>(blocks) * bs * feature_row_bytes());
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
   block_max_drafts_ = max_drafts_;
   runtime_.policy = opts_.policy;
@@ -342,19 +355,8 @@ void LLMEngine::admit() {
     if (opts_.drafter) {
       s.draft = opts_.drafter->start();
       // The drafter still gets the whole context: the cached positions' captured target
-      // rows come from the feature store, written when those blocks were computed.
+      // rows are in the feature store, written when those blocks were computed.
       s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
-      if (s.pending_hidden.capacity() == 0 && !spare_hidden_.empty()) {
-        s.pending_hidden = std::move(spare_hidden_.back());
-        spare_hidden_.pop_back();
-      }
-      s.pending_hidden.reserve((s.req.prompt.size() + static_cast<size_t>(s.req.stop.max_tokens)) * static_cast<size_t>(feat_));
-      s.pending_hidden.resize(static_cast<size_t>(ar.cached_tokens) * static_cast<size_t>(feat_));
-      const std::span<const int32_t> blocks = s.table.blocks();
-      for (int p = 0; p < ar.cached_tokens && feat_; ++p)
-        std::memcpy(s.pending_hidden.data() + static_cast<size_t>(p) * feat_,
-                    features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
-                    static_cast<size_t>(feat_) * sizeof(float));
       if (opts_.lookup_assist) {
         s.lookup = std::make_unique<LookupTracker>(opts_.lookup);
         s.lookup->commit(s.context.data(), ar.cached_tokens, lookup_stats_);
@@ -401,7 +403,6 @@ void LLMEngine::preempt(Sequence& s) {
   s.prop_ready = false;
   s.prop_lookup = false;
   s.pending_tokens.clear();
-  s.pending_hidden.clear();
   if (s.decoding) {
     // Recompute prompt + emitted tokens except the anchor (not in the KV cache yet); the
     // streamed tokens stay streamed and decoding continues from the same anchor.
@@ -432,8 +433,25 @@ void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n
   const int bs = pool_->block_size();
   for (int i = 0; i < n; ++i) {
     const int p = start + i;
-    std::memcpy(features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feat_,
-                hidden + static_cast<size_t>(i) * feat_, static_cast<size_t>(feat_) * sizeof(float));
+    std::byte* row = features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_row_bytes();
+    const float* src = hidden + static_cast<size_t>(i) * feat_;
+    if (features_bf16_) kv_round_bf16(src, feat_, reinterpret_cast<uint16_t*>(row));
+    else std::memcpy(row, src, static_cast<size_t>(feat_) * sizeof(float));
+  }
+}
+
+void LLMEngine::gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const {
+  const int bs = pool_->block_size();
+  for (int i = 0; i < n; ++i) {
+    const int p = start + i;
+    const std::byte* row = features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_row_bytes();
+    float* out = dst + static_cast<size_t>(i) * feat_;
+    if (features_bf16_) {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(row);
+      for (int k = 0; k < feat_; ++k) out[k] = bf16_to_f32(h[k]);
+    } else {
+      std::memcpy(out, row, static_cast<size_t>(feat_) * sizeof(float));
+    }
   }
 }
 
@@ -489,9 +507,9 @@ void LLMEngine::defrag_if_idle() {
   for (const BlockMove& m : r.moves) {
     paged_->copy_block(m.from, m.to, bs);
     if (feat_)
-      std::memcpy(features_.get() + static_cast<size_t>(m.to) * bs * feat_,
-                  features_.get() + static_cast<size_t>(m.from) * bs * feat_,
-                  static_cast<size_t>(bs) * feat_ * sizeof(float));
+      std::memcpy(features_.get() + static_cast<size_t>(m.to) * bs * feature_row_bytes(),
+                  features_.get() + static_cast<size_t>(m.from) * bs * feature_row_bytes(),
+                  static_cast<size_t>(bs) * feature_row_bytes());
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cache_defrags++;
@@ -655,17 +673,17 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
 }
 
 struct LLMEngine::DraftJob {
+  // commits[i].hidden points into draft_hidden_ at hidden_at[i] floats, set once every
+  // commit's rows are gathered (the buffer may grow until then).
   std::vector<ContextBatchItem> commits;
+  std::vector<size_t> hidden_at;
   std::vector<DraftBatchItem> items;
   std::vector<Sequence*> owners;
 };
 
 void LLMEngine::draft_pass(DraftJob& job) const {
   if (!job.commits.empty()) opts_.drafter->commit_context_batch(job.commits);
-  for (Sequence* s : job.owners) {
-    s->pending_tokens.clear();
-    s->pending_hidden.clear();
-  }
+  for (Sequence* s : job.owners) s->pending_tokens.clear();
   if (job.items.empty()) return;
   std::vector<DraftProposal> props = opts_.drafter->propose_batch(job.items);
   for (size_t i = 0; i < job.owners.size(); ++i) job.owners[i]->prop = std::move(props[i]);
@@ -700,14 +718,6 @@ bool LLMEngine::step() {
   ++step_clock_;
   take_inbox();
   auto drop_finished = [&](std::vector<std::unique_ptr<Sequence>>& v) {
-    // A finished request's captured-row buffer (megabytes for a long context) goes to the
-    // next request: fresh heap pages cost a fault and zeroing each (in a VM that was 10 % of
-    // an engine step at concurrency 64 in dspark mode, even with nobody drafting).
-    for (const auto& s : v)
-      if (s->finished && s->pending_hidden.capacity() > 0 && spare_hidden_.size() < static_cast<size_t>(opts_.max_running)) {
-        s->pending_hidden.clear();
-        spare_hidden_.push_back(std::move(s->pending_hidden));
-      }
     v.erase(std::remove_if(v.begin(), v.end(), [](const auto& s) { return s->finished; }), v.end());
   };
   drop_finished(waiting_);
@@ -798,6 +808,7 @@ bool LLMEngine::step() {
   std::vector<Sequence*> ver;
   std::vector<bool> track;
   DraftJob job;
+  draft_hidden_.clear();  // the previous step's pass has finished (joined) before this step
   auto add_to_draft_job = [&](DraftJob& j, Sequence& s, int n) {
     // The dynamic drafter window, else the runtime one (hot reload), else the configured one.
     const int window = s.health.window() ? s.health.window() : window_size_;
@@ -809,9 +820,18 @@ bool LLMEngine::step() {
     // never draft, and their drafter state would be fresh pages for nothing).
     if (s.draft->context_length() == 0)
       opts_.drafter->reserve(*s.draft, static_cast<int>(s.req.prompt.size()) + s.req.stop.max_tokens);
-    if (!s.pending_tokens.empty())
-      j.commits.push_back({s.draft.get(), s.pending_tokens.data(), feat_ ? s.pending_hidden.data() : nullptr,
-                           static_cast<int>(s.pending_tokens.size())});
+    if (!s.pending_tokens.empty()) {
+      // The pending rows' captured target rows, gathered from the feature store now (on this
+      // thread: an async pass must not read blocks this step's forward may write).
+      const int n_rows = static_cast<int>(s.pending_tokens.size());
+      j.hidden_at.push_back(draft_hidden_.size());
+      if (feat_) {
+        draft_hidden_.resize(draft_hidden_.size() + static_cast<size_t>(n_rows) * feat_);
+        gather_features(s.table.blocks(), s.draft->context_length(), n_rows,
+                        draft_hidden_.data() + j.hidden_at.back());
+      }
+      j.commits.push_back({s.draft.get(), s.pending_tokens.data(), nullptr, n_rows});
+    }
     j.items.push_back({s.draft.get(), s.anchor, n, &s.req.sampling, &s.rng});
     j.owners.push_back(&s);
   };
@@ -866,6 +886,8 @@ bool LLMEngine::step() {
       track.push_back(!s->prop_lookup && (role[r] == Role::Ready || (!async && drafts[r])));
     }
   }
+  if (feat_)
+    for (size_t i = 0; i < job.commits.size(); ++i) job.commits[i].hidden = draft_hidden_.data() + job.hidden_at[i];
   if (async && !job.owners.empty()) {
     if (!draft_worker_) {
       const int t = opts_.async_draft_threads > 0 ? opts_.async_draft_threads : std::max(1, ThreadPool::global().size() / 2);
@@ -992,9 +1014,9 @@ bool LLMEngine::step() {
     if (ar.has_copy()) {
       paged_->copy_block(ar.copy.src, ar.copy.dst, ar.copy.n_tokens);
       if (feat_)
-        std::memcpy(features_.get() + static_cast<size_t>(ar.copy.dst) * pool_->block_size() * feat_,
-                    features_.get() + static_cast<size_t>(ar.copy.src) * pool_->block_size() * feat_,
-                    static_cast<size_t>(ar.copy.n_tokens) * feat_ * sizeof(float));
+        std::memcpy(features_.get() + static_cast<size_t>(ar.copy.dst) * pool_->block_size() * feature_row_bytes(),
+                    features_.get() + static_cast<size_t>(ar.copy.src) * pool_->block_size() * feature_row_bytes(),
+                    static_cast<size_t>(ar.copy.n_tokens) * feature_row_bytes());
     }
     bind(*s, start);
     budget -= static_cast<int>(e.tokens.size());
@@ -1099,7 +1121,6 @@ bool LLMEngine::step() {
         const size_t first = s.pending_tokens.size();
         s.pending_tokens.push_back(s.anchor);
         s.pending_tokens.insert(s.pending_tokens.end(), toks.begin(), toks.end() - 1);
-        if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(v.accepted + 1) * feat_);
         if (s.lookup)
           s.lookup->commit(s.pending_tokens.data() + first, static_cast<int>(s.pending_tokens.size() - first), lookup_stats_);
       }
@@ -1148,7 +1169,6 @@ bool LLMEngine::step() {
       obs.prefill_tokens += n_tok;
       if (s.draft) {
         s.pending_tokens.insert(s.pending_tokens.end(), e.tokens.begin(), e.tokens.end());
-        if (feat_) s.pending_hidden.insert(s.pending_hidden.end(), hidden, hidden + static_cast<size_t>(n_tok) * feat_);
       }
       if (s.lookup) s.lookup->commit(e.tokens.data(), n_tok, lookup_stats_);
       s.prefilled += n_tok;

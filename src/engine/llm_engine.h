@@ -278,6 +278,8 @@ class LLMEngine {
   void bind(Sequence& s, int length);
   // Copies the drafter's captured rows of a forward into the per-block feature store.
   void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
+  // Positions [start, start + n) of a block table from the feature store into dst, [n][feat_].
+  void gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const;
   void warm_up();
   void defrag_if_idle();
   void finish(Sequence& s, const std::string& reason, const std::string& error = {});
@@ -299,10 +301,16 @@ class LLMEngine {
   BlockKVCache* paged_ = nullptr;      // kv_ (one name for the block-table calls)
   std::unique_ptr<BlockPool> pool_;    // declared before the sequences: their tables die first
   // Drafter features (captured target rows) per cached position, [block][block_size][feat_],
-  // so a prefix served from the cache still gives the drafter its context rows.
-  std::unique_ptr<float[]> features_;
-  // Captured-row buffers of finished requests, reused by new ones (see step()).
-  std::vector<std::vector<float>> spare_hidden_;
+  // so a prefix served from the cache still gives the drafter its context rows. The only
+  // copy: a drafter pass gathers a request's pending rows from here (gather_features), so
+  // requests that do not draft (most of them under load) cost no second copy.
+  // Rows are BF16 (rounded as matmul rounds activations: kv_round_bf16) when
+  // features_bf16_, else F32.
+  std::unique_ptr<std::byte[]> features_;
+  bool features_bf16_ = false;
+  size_t feature_row_bytes() const { return static_cast<size_t>(feat_) * (features_bf16_ ? 2 : 4); }
+  // This step's drafter pass: the pending rows of its drafting requests, gathered.
+  std::vector<float> draft_hidden_;
   ForwardBatch step_batch_;  // step()'s forward, reused
   std::vector<int32_t> step_ids_;  // step()'s argmax ids when the model reduces on the device
   ForwardOutput step_out_;

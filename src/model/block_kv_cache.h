@@ -43,6 +43,9 @@ class BlockKVCache : public KVCache {
   void set_length(int slot, int len);
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
   virtual void copy_block(int32_t src, int32_t dst, int n_tokens) = 0;
+  // Commits the storage's pages now (host memory: writes every page once), so serving
+  // never stops on a first-touch page fault. Device pools are committed when allocated.
+  virtual void prefault() {}
 
  protected:
   // `name` starts the constructor's Errors ("paged KV cache", "CUDA paged KV cache").

@@ -29,6 +29,13 @@ PagedKVCache::PagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block
   v_.reset(new std::byte[bytes]);
 }
 
+void PagedKVCache::prefault() {
+  const size_t bytes = static_cast<size_t>(n_layers_) * static_cast<size_t>(num_blocks()) *
+                       static_cast<size_t>(block_stride_) * dtype_size(dtype_);
+  std::memset(k_.get(), 0, bytes);
+  std::memset(v_.get(), 0, bytes);
+}
+
 void PagedKVCache::check_dtype(DType want) const {
   if (dtype_ != want)
     throw Error(std::string("paged KV cache: ") + dtype_name(want) + " access to a " + dtype_name(dtype_) + " cache");

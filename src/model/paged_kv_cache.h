@@ -56,6 +56,7 @@ class PagedKVCache : public BlockKVCache {
 
   // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
   void copy_block(int32_t src, int32_t dst, int n_tokens) override;
+  void prefault() override;
 
  private:
   void check_dtype(DType want) const;

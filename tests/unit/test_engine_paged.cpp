@@ -11,7 +11,8 @@
 //  - bad pool options and requests that could never fit are one-line errors;
 //  - in bf16 matmul precision (BF16 K/V in both caches) the engine's outputs, plain and
 //    DSpark, with a small pool that preempts, still equal single-request plain greedy, and
-//    a memory budget buys twice the blocks (the block bytes follow the K/V element type).
+//    a memory budget buys twice the blocks (the block bytes follow the K/V element type);
+//    the drafter's BF16 feature store gives the drafts the captured F32 rows give.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -25,6 +26,7 @@
 #include "kernels/cpu/matmul.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
@@ -414,6 +416,54 @@ TEST(PagedEngine, Bf16KvIsLosslessAgainstSingleRequestDecoding) {
     o.kv_num_blocks = 80;
     expect_outputs(o, n, plain, "bf16 dspark fixed, small pool");
   }
+}
+
+// The drafter's feature store keeps captured target rows in BF16 in bf16 matmul precision.
+// That loses nothing: the drafter's first matmul rounds its input rows to BF16 the same way.
+// So the engine's drafts equal those of single-request speculation, which hands the
+// drafter the captured F32 rows directly, round for round, also for prompts whose shared
+// prefix came from the prefix cache (its rows read back from the store).
+TEST(PagedEngine, Bf16FeatureStoreGivesTheDraftsOfTheCapturedRows) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  if (!f.dspark) GTEST_SKIP() << "shipped DSpark drafter absent";
+  PrecisionScope prec(MatmulPrecision::Bf16Dot);
+  const size_t n = 8;
+  EngineOptions o;
+  o.max_running = 4;  // the later requests find the shared prefixes cached
+  o.max_batch_tokens = 128;
+  o.drafter = f.dspark.get();
+  std::map<uint64_t, std::vector<std::vector<int32_t>>> engine_drafts;
+  o.on_rounds = [&](const std::vector<EngineRound>& rounds) {
+    for (const EngineRound& r : rounds) engine_drafts[r.request_id].push_back(r.round.draft_ids);
+  };
+  LLMEngine engine(*f.model, o);
+  std::map<uint64_t, size_t> case_of;
+  for (size_t i = 0; i < n; ++i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = f.cases[i].max_tokens;
+    case_of[engine.submit(std::move(req))] = i;
+  }
+  engine.run_until_idle();
+  EXPECT_GT(engine.stats().prompt_tokens_cached, 0u);
+  size_t rounds = 0;
+  for (const auto& [id, i] : case_of) {
+    SpecOptions so;
+    so.drafter = f.dspark.get();
+    std::vector<std::vector<int32_t>> single;
+    const Case& c = f.cases[i];
+    SpecDecoder dec(*f.model, SamplingParams{}, so, static_cast<int>(c.prompt.size()) + c.max_tokens);
+    dec.prefill(c.prompt);
+    for (int left = c.max_tokens - 1; left > 0;) {
+      const SpecRound& r = dec.round(left);
+      single.push_back(r.draft_ids);
+      left -= static_cast<int>(r.tokens.size());
+    }
+    EXPECT_EQ(engine_drafts[id], single) << "request " << i;
+    rounds += single.size();
+  }
+  EXPECT_GT(rounds, n);
 }
 
 TEST(PagedEngine, KvBudgetFollowsTheKvElementType) {
