@@ -242,6 +242,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
   // SPS(B) for the dspark policy: verify-only points up to the largest batch, plus t_draft.
   std::optional<SpsTable> sps;
   double draft_ms = 0;
+  DraftCostTable draft_cost;
   if (std::any_of(policies.begin(), policies.end(), [](const std::string& p) { return p.rfind("dspark", 0) == 0; })) {
     if (!drafter->info().confidence_head) throw Error("--policies dspark / dspark-async: the drafter has no confidence head");
     SpsProfileOptions po;
@@ -251,8 +252,9 @@ int run_bench_engine(const BenchEngineArgs& a) {
     po.include_draft = false;
     po.repeats = 3;
     sps = profile_sps(*model, drafter.get(), po, &draft_ms);
-    std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d; draft %.2f ms per request\n",
-                 po.points.size(), max_b, draft_ms);
+    draft_cost = profile_draft_cost(*model, *drafter, draft_cost_batches(*std::max_element(levels.begin(), levels.end())));
+    std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d; drafter pass %s\n",
+                 po.points.size(), max_b, draft_cost_summary(draft_cost).c_str());
   }
 
   std::vector<Cell> runs;
@@ -294,6 +296,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
         o.policy = policy == "dspark" ? VerifyPolicy::DSpark : VerifyPolicy::DSparkAsync;
         o.sps = &*sps;
         o.draft_ms_per_request = draft_ms;
+        o.draft_cost = draft_cost;
       }
       LLMEngine engine(*model, o);
       const int n = std::max(c, 8) * a.rounds_per_slot;

@@ -218,9 +218,10 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
       L.sps = profile_sps(*L.model, L.drafter.get(), po, &draft_ms);
       o.sps = &*L.sps;
       o.draft_ms_per_request = draft_ms;
+      o.draft_cost = profile_draft_cost(*L.model, *L.drafter, draft_cost_batches(a.max_running), po.context);
       L.caps.has_sps = true;
-      std::fprintf(stderr, "serve: profiled SPS(B) at %zu points up to B = %d; draft %.2f ms per request\n",
-                   po.points.size(), max_b, draft_ms);
+      std::fprintf(stderr, "serve: profiled SPS(B) at %zu points up to B = %d; drafter pass %s\n", po.points.size(),
+                   max_b, draft_cost_summary(o.draft_cost).c_str());
     }
   } else {
     if (!schedule.empty() && schedule != "fixed") throw Error("--spec-schedule " + schedule + ": needs a drafter");

@@ -580,7 +580,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // request bought when it last drafted; for a request never measured, the running mean of
   // every request's measurements, as requests of one workload accept alike): take requests
   // in decreasing gain while the step's expected throughput
-  // (R + Σ gain) / (k·t_draft + t_verify(R + Σ len)) grows. Any choice is lossless (it only
+  // (R + Σ gain) / (t_draft(k) + t_verify(R + Σ len)) grows. Any choice is lossless (it only
   // decides which requests get drafts).
   // Estimates go stale while requests are left out, so some re-probe; but a probe costs a
   // drafter pass and its verify rows, which under load is what made speculation slower than
@@ -592,7 +592,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   constexpr double kStaleDecay = 0.8;
   constexpr double kExplore = 1.0;  // tokens
   int first_probes = 0;
-  if (!is_dspark_policy(opts_.policy) || opts_.draft_ms_per_request <= 0.0 || dec.empty()) return yes;
+  if (!is_dspark_policy(opts_.policy) || !draft_cost_known() || dec.empty()) return yes;
   ++choice_clock_;
   const int R = static_cast<int>(dec.size());
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
@@ -606,7 +606,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // block brings), nobody drafts and nobody probes: probes, and the drafter context rows
   // they flush, are then pure cost, which kept dspark 5-15 % behind plain decoding at
   // concurrency 16-64.
-  if (!((R + max_drafts_) / (opts_.draft_ms_per_request + t_verify(R + max_drafts_)) > R / t_verify(R))) {
+  if (!((R + max_drafts_) / (draft_ms(1) + t_verify(R + max_drafts_)) > R / t_verify(R))) {
     return settle(std::vector<bool>(dec.size(), false));
   }
   std::vector<double> est(dec.size());
@@ -651,16 +651,17 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
     const double g = gain + est[i];
     const int l = len + est_len[i];
-    const double theta = (R + g) / ((k + 1) * opts_.draft_ms_per_request + t_verify(R + l));
+    const double theta = (R + g) / (draft_ms(k + 1) + t_verify(R + l));
     if (!(theta > best)) break;
     best = theta;
     gain = g;
     len = l;
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
-  // Re-probe pacing: one probe costs about a drafter pass plus a verify block.
+  // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it)
+  // plus a verify block.
   const double t_step = t_verify(R);
-  const double t_probe = opts_.draft_ms_per_request + std::max(0.0, t_verify(R + max_drafts_) - t_step);
+  const double t_probe = draft_ms(k + 1) - draft_ms(k) + std::max(0.0, t_verify(R + max_drafts_) - t_step);
   const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
   if (k < static_cast<int>(order.size()) && choice_clock_ >= last_probe_ + probe_gap) {
     size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
@@ -765,9 +766,9 @@ bool LLMEngine::step() {
     // A lookup round's cost relative to a drafter round's, per request: its share of the
     // verify forward against that share plus a drafter pass (1 without a known draft cost).
     double rho = 1.0;
-    if (opts_.draft_ms_per_request > 0.0 && opts_.sps) {
+    if (draft_cost_known() && opts_.sps) {
       const double share = 1000.0 / opts_.sps->sps(R) / R;
-      rho = share / (share + opts_.draft_ms_per_request);
+      rho = share / (share + draft_ms(R) / R);
     }
     for (size_t r = 0; r < dec.size(); ++r) {
       Sequence* s = dec[r];
@@ -942,8 +943,8 @@ bool LLMEngine::step() {
     // The step pays the drafter pass of its drafting requests, unless it was prefetched
     // (then it overlaps the forward and only verify rows cost).
     const int drafting = async ? 0 : static_cast<int>(job.owners.size());
-    if (opts_.draft_ms_per_request > 0.0 && drafting > 0)
-      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, drafting, opts_.draft_ms_per_request), caps);
+    if (draft_cost_known() && drafting > 0)
+      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, draft_ms(drafting)), caps);
     else
       sched = schedule_greedy(survivals, *opts_.sps, caps);
   } else if (opts_.policy == VerifyPolicy::DSparkAsync) {

@@ -44,6 +44,7 @@
 #include "engine/spec_health.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
+#include "engine/sps_profile.h"
 #include "sampling/sampler.h"
 
 namespace dsinfer {
@@ -147,9 +148,13 @@ struct EngineOptions {
   float validation_threshold = 0.0f;      // Threshold policy (and a floor under DSpark)
   const Calibration* calibration = nullptr;
   const SpsTable* sps = nullptr;          // DSpark policy: SPS(B) over the step's batch tokens
-  // DSpark policy: when > 0, `sps` is a verify-only curve and each step's curve becomes
-  // 1 / (R * draft_ms_per_request + t_verify(B)) for its R drafting requests.
+  // DSpark policy: with a draft cost, `sps` is a verify-only curve and each step's curve
+  // becomes 1 / (t_draft(R) + t_verify(B)) for its R drafting requests. t_draft(R) is
+  // draft_cost.ms(R) when that table is given (profile_draft_cost: a batched pass reads the
+  // drafter's weights once, so R requests cost far less than R passes), else
+  // R * draft_ms_per_request.
   double draft_ms_per_request = 0.0;
+  DraftCostTable draft_cost;
   const Tokenizer* tokenizer = nullptr;   // for text and stop strings (may be null)
   std::function<void(const StepObservation&)> on_step;  // optional per-step observer
   // Optional per-round observer: the step's rounds (one per decoding request), called on the
@@ -277,6 +282,12 @@ class LLMEngine {
   // Binds the sequence's slot in the paged cache to its table, `length` positions held.
   void bind(Sequence& s, int length);
   // Copies the drafter's captured rows of a forward into the per-block feature store.
+  // t_draft(k) of a drafter pass over k requests (EngineOptions::draft_cost, else k x
+  // draft_ms_per_request); known when either is given.
+  double draft_ms(int k) const {
+    return opts_.draft_cost.empty() ? k * opts_.draft_ms_per_request : opts_.draft_cost.ms(k);
+  }
+  bool draft_cost_known() const { return !opts_.draft_cost.empty() || opts_.draft_ms_per_request > 0.0; }
   void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
   // Positions [start, start + n) of a block table from the feature store into dst, [n][feat_].
   void gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const;

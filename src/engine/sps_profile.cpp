@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
@@ -127,11 +128,100 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
   return SpsTable(std::move(points));
 }
 
-SpsTable sps_with_drafting(const SpsTable& verify_only, int requests, double draft_ms) {
+SpsTable sps_with_drafting(const SpsTable& verify_only, double draft_ms) {
   std::vector<SpsPoint> pts;
-  for (const SpsPoint& p : verify_only.points())
-    pts.push_back({p.batch_tokens, 1000.0 / (requests * draft_ms + 1000.0 / p.sps)});
+  for (const SpsPoint& p : verify_only.points()) pts.push_back({p.batch_tokens, 1000.0 / (draft_ms + 1000.0 / p.sps)});
   return SpsTable(std::move(pts));
+}
+
+DraftCostTable::DraftCostTable(std::vector<std::pair<int, double>> points) : points_(std::move(points)) {
+  for (size_t i = 0; i < points_.size(); ++i) {
+    if (points_[i].first < 1 || !(points_[i].second > 0.0) || (i > 0 && points_[i].first <= points_[i - 1].first))
+      throw Error("draft cost table: point " + std::to_string(i) + " (k " + std::to_string(points_[i].first) +
+                  ", " + std::to_string(points_[i].second) + " ms) is not k >= 1 increasing with a positive time");
+  }
+}
+
+double DraftCostTable::ms(int k) const {
+  if (k <= 0 || points_.empty()) return 0.0;
+  const auto& p = points_;
+  if (k <= p.front().first) return p.front().second * k / p.front().first;
+  size_t i = 1;
+  while (i + 1 < p.size() && p[i].first < k) ++i;
+  if (p.size() == 1) return p.front().second * k / p.front().first;
+  // Segment [i-1, i]: interpolates inside, extrapolates past the last point.
+  const double slope = (p[i].second - p[i - 1].second) / (p[i].first - p[i - 1].first);
+  return p[i - 1].second + slope * (k - p[i - 1].first);
+}
+
+std::vector<int> draft_cost_batches(int max_running) {
+  const int top = std::clamp(max_running, 1, 64);
+  std::vector<int> ks;
+  for (int k = 1; k < top; k *= 2) ks.push_back(k);
+  ks.push_back(top);
+  return ks;
+}
+
+std::string draft_cost_summary(const DraftCostTable& t) {
+  std::string s;
+  char buf[64];
+  for (const auto& [k, ms] : t.points()) {
+    std::snprintf(buf, sizeof buf, "%sk=%d %.2f ms", s.empty() ? "" : ", ", k, ms);
+    s += buf;
+  }
+  return s;
+}
+
+DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const std::vector<int>& batches, int context,
+                                  int repeats) {
+  if (batches.empty() || context < 1 || repeats < 1)
+    throw Error("draft cost profile: batches must be non-empty, context and repeats >= 1");
+  for (size_t i = 0; i < batches.size(); ++i)
+    if (batches[i] < 1 || (i > 0 && batches[i] <= batches[i - 1]))
+      throw Error("draft cost profile: batches must be increasing and >= 1");
+  const int n = drafter.info().max_draft_tokens;
+  if (n <= 0) return {};
+  const int vocab = target.config().vocab_size;
+  const std::vector<int> capture = drafter.info().target_layer_ids;
+  auto kv = target.make_kv_cache(1, context + 1);
+  ForwardBatch pre;
+  pre.capture_layers = capture;
+  pre.entries.resize(1);
+  for (int i = 0; i < context; ++i) pre.entries[0].tokens.push_back(static_cast<int32_t>((i * 7919L + 13) % vocab));
+  pre.entries[0].logit_rows = {context - 1};
+  ForwardOutput out;
+  target.forward(*kv, pre, out);
+  // Every sequence gets the same context (its cost, not its content, matters here).
+  const int max_k = batches.back();
+  std::vector<std::unique_ptr<DraftSequence>> seqs;
+  std::vector<ContextBatchItem> commits;
+  for (int s = 0; s < max_k; ++s) {
+    seqs.push_back(drafter.start());
+    drafter.reserve(*seqs.back(), context + n + 1);
+    commits.push_back({seqs.back().get(), pre.entries[0].tokens.data(), capture.empty() ? nullptr : out.captured.data(),
+                       context});
+  }
+  drafter.commit_context_batch(commits);
+  SamplingParams greedy;
+  std::vector<Rng> rngs;
+  for (int s = 0; s < max_k; ++s) rngs.emplace_back(static_cast<uint64_t>(s + 1));
+  auto pass = [&](int k) {
+    std::vector<DraftBatchItem> items;
+    for (int s = 0; s < k; ++s) items.push_back({seqs[s].get(), static_cast<int32_t>((42 + s) % vocab), n, &greedy, &rngs[s]});
+    drafter.propose_batch(items);
+  };
+  std::vector<double> ms(batches.size(), 1e300);
+  for (int k : batches) pass(k);  // warm-up
+  for (int r = 0; r < repeats; ++r)
+    for (size_t i = 0; i < batches.size(); ++i) {
+      auto t0 = Clock::now();
+      pass(batches[i]);
+      ms[i] = std::min(ms[i], elapsed_ms(t0));
+    }
+  ms = monotone_nondecreasing(ms);
+  std::vector<std::pair<int, double>> pts;
+  for (size_t i = 0; i < batches.size(); ++i) pts.push_back({batches[i], std::max(ms[i], 1e-6)});
+  return DraftCostTable(std::move(pts));
 }
 
 std::string default_sps_cache_path(const std::string& model_hash) {

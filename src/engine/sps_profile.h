@@ -16,6 +16,7 @@
 // profiled context), re-profiling when either changes.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spec/prefix_scheduler.h"
@@ -41,9 +42,39 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
 // in least squares. Used on measured t_verify(B), which physically cannot fall as B grows.
 std::vector<double> monotone_nondecreasing(const std::vector<double>& y);
 
-// SPS(B) of a batched step that drafts for `requests` requests (each costing draft_ms) and
-// verifies B tokens: 1 / (requests * draft_ms + t_verify(B)), from a verify-only table.
-SpsTable sps_with_drafting(const SpsTable& verify_only, int requests, double draft_ms);
+// SPS(B) of a batched step whose drafter pass costs draft_ms in all and that verifies B
+// tokens: 1 / (draft_ms + t_verify(B)), from a verify-only table.
+SpsTable sps_with_drafting(const SpsTable& verify_only, double draft_ms);
+
+// t_draft(k): one batched drafter pass (propose_batch) over k requests, in ms. A batched pass
+// reads the drafter's weights once, so where a single pass is bound by reading them (a GPU,
+// a large drafter) k requests cost far less than k single passes; where it is bound by
+// arithmetic it is nearly linear (the embedded DSpark drafter on one Zen 5 core: k = 1, 2, 4
+// took 0.70, 1.13, 2.24 ms). Measured, not assumed: linear between measured k, and past the
+// last one with the last segment's per-request slope; below the first, proportional to it.
+class DraftCostTable {
+ public:
+  DraftCostTable() = default;
+  // Points (k, ms) with k >= 1 strictly increasing and ms > 0; Error otherwise.
+  explicit DraftCostTable(std::vector<std::pair<int, double>> points);
+  bool empty() const { return points_.empty(); }
+  double ms(int k) const;  // 0 for k <= 0
+  const std::vector<std::pair<int, double>>& points() const { return points_; }
+
+ private:
+  std::vector<std::pair<int, double>> points_;
+};
+
+// Times propose_batch of full blocks over k sequences (each with `context` committed rows of
+// a deterministic dummy context) for every k in `batches` (increasing), fastest of
+// `repeats` after a warm-up, the points interleaved and made non-decreasing in k.
+DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const std::vector<int>& batches,
+                                  int context = 512, int repeats = 3);
+// The k profiled for an engine of max_running requests: 1, 2, 4, ... up to
+// min(max_running, 64) (past that the per-request slope is extrapolated).
+std::vector<int> draft_cost_batches(int max_running);
+// "k=1 0.78 ms, k=4 1.30 ms, ..." for start-up logs.
+std::string draft_cost_summary(const DraftCostTable& t);
 
 // The default cache file for a target/drafter pair: $DSINFER_CACHE_DIR, else
 // $XDG_CACHE_HOME/dsinfer, else $HOME/.cache/dsinfer, + "/sps-<hash>.json". Returns "" when

@@ -2,7 +2,10 @@
 // - monotone_nondecreasing is the least-squares isotonic fit (checked against a brute force
 //   over a fine grid on small cases, and its defining properties on random ones);
 // - profile_sps on the embedded target + DSpark drafter returns a curve whose step time
-//   never falls as B grows, whatever the machine's load did to single repetitions.
+//   never falls as B grows, whatever the machine's load did to single repetitions;
+// - DraftCostTable interpolates between measured batch sizes, extrapolates past the last
+//   with its per-request slope, refuses malformed points; profile_draft_cost measures a
+//   t_draft(k) that never falls as k grows, on the batch sizes draft_cost_batches picks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <filesystem>
 #include <random>
 
+#include "core/error.h"
 #include "engine/sps_profile.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -81,6 +85,52 @@ TEST(SpsProfile, ProfiledStepTimeNeverFallsWithB) {
     EXPECT_TRUE(std::isfinite(t.points()[i].sps) && t.points()[i].sps > 0);
     if (i) EXPECT_LE(t.points()[i].sps, t.points()[i - 1].sps * (1 + 1e-12));
   }
+}
+
+TEST(DraftCost, InterpolatesAndExtrapolatesWithTheLastSlope) {
+  const DraftCostTable t({{1, 0.5}, {2, 0.8}, {4, 1.2}});
+  EXPECT_DOUBLE_EQ(t.ms(0), 0.0);
+  EXPECT_DOUBLE_EQ(t.ms(1), 0.5);
+  EXPECT_DOUBLE_EQ(t.ms(2), 0.8);
+  EXPECT_DOUBLE_EQ(t.ms(3), 1.0);   // between 2 and 4
+  EXPECT_DOUBLE_EQ(t.ms(4), 1.2);
+  EXPECT_DOUBLE_EQ(t.ms(10), 2.4);  // 1.2 + 6 x 0.2 (the last segment's per-request slope)
+  const DraftCostTable one({{1, 0.7}});
+  EXPECT_DOUBLE_EQ(one.ms(3), 2.1);  // a single point: proportional
+  const DraftCostTable from4({{4, 2.0}, {8, 3.0}});
+  EXPECT_DOUBLE_EQ(from4.ms(2), 1.0);  // below the first point: proportional to it
+  EXPECT_TRUE(DraftCostTable().empty());
+  EXPECT_DOUBLE_EQ(DraftCostTable().ms(5), 0.0);
+}
+
+TEST(DraftCost, MalformedPointsAreErrors) {
+  EXPECT_THROW(DraftCostTable({{0, 1.0}}), Error);
+  EXPECT_THROW(DraftCostTable({{1, 0.0}}), Error);
+  EXPECT_THROW(DraftCostTable({{2, 1.0}, {2, 1.5}}), Error);
+  EXPECT_THROW(DraftCostTable({{4, 1.0}, {2, 1.5}}), Error);
+}
+
+TEST(DraftCost, BatchSizesArePowersOfTwoUpToTheEngineSize) {
+  EXPECT_EQ(draft_cost_batches(1), (std::vector<int>{1}));
+  EXPECT_EQ(draft_cost_batches(4), (std::vector<int>{1, 2, 4}));
+  EXPECT_EQ(draft_cost_batches(12), (std::vector<int>{1, 2, 4, 8, 12}));
+  EXPECT_EQ(draft_cost_batches(500), (std::vector<int>{1, 2, 4, 8, 16, 32, 64}));
+}
+
+TEST(DraftCost, ProfiledPassTimeNeverFallsWithK) {
+  const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
+  if (!std::filesystem::exists(root + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped drafter";
+  auto target = load_model(root + "/target");
+  auto drafter = load_drafter(root + "/dspark", *target);
+  const DraftCostTable t = profile_draft_cost(*target, *drafter, {1, 2, 4}, 64, 2);
+  ASSERT_EQ(t.points().size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(t.points()[i].first, 1 << i);
+    EXPECT_TRUE(std::isfinite(t.points()[i].second) && t.points()[i].second > 0);
+    if (i) EXPECT_GE(t.points()[i].second, t.points()[i - 1].second);
+  }
+  EXPECT_THROW(profile_draft_cost(*target, *drafter, {2, 1}), Error);
+  EXPECT_THROW(profile_draft_cost(*target, *drafter, {}), Error);
 }
 
 }  // namespace
