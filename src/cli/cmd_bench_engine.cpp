@@ -277,6 +277,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
         o.calibration = cal ? &*cal : nullptr;
       }
       o.max_batch_tokens = std::max(512, c * ((drafter && policy != "none") ? drafter->info().max_draft_tokens + 1 : 1));
+      o.prefill_step_tokens = std::max(512, c);  // every policy chunks prompts as plain decoding does
       o.kv_block_size = a.kv_block_size;
       o.kv_num_blocks = a.kv_blocks;
       o.kv_budget_bytes = kv_budget;

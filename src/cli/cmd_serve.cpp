@@ -252,6 +252,9 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
                                                       [&](const std::string& t) { return L.tok->encode(t, false); });
   o.max_batch_tokens = a.max_batch_tokens > 0 ? a.max_batch_tokens
                                               : std::max(512, a.max_running * (L.caps.max_drafts + 1));
+  // Prompts are chunked as plain decoding's default budget would chunk them; the rest of
+  // max_batch_tokens is for verify blocks.
+  o.prefill_step_tokens = std::min(o.max_batch_tokens, std::max(512, a.max_running));
 
   metrics.set_max_drafts(L.caps.max_drafts);
   server::ServerMetrics* m = &metrics;

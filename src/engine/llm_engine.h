@@ -142,6 +142,11 @@ struct EngineOptions {
   int max_running = 16;            // concurrent requests (KV slots)
   int max_model_len = 4096;        // prompt + generated tokens per request
   int max_batch_tokens = 512;      // tokens per forward (prefill chunks + verify blocks)
+  // When > 0: a step's prompt tokens + one row per decoding request stay within this (and
+  // within max_batch_tokens; at least 64 prompt tokens when prompts wait), so a speculative
+  // engine, whose max_batch_tokens also holds verify blocks, prefills in the chunks a plain
+  // one would. 0: prompts take whatever max_batch_tokens leaves.
+  int prefill_step_tokens = 0;
   const Drafter* drafter = nullptr;  // null: plain decoding
   int max_draft_tokens = -1;       // cap on drafts per round (-1: the drafter's)
   VerifyPolicy policy = VerifyPolicy::Fixed;
