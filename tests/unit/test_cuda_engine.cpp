@@ -302,6 +302,14 @@ TEST(CudaEngine, GreedyEngineOnGpuEqualsPlainGreedy) {
   o.shard_count = 2;
   EXPECT_GT(expect_engine_lossless(o, "plain, small pool").preemptions, 0u);
   EngineFixture& f = engine_fixture();
+  if (std::filesystem::exists(kRoot + "/dflash/model.safetensors")) {
+    auto dflash = load_drafter(kRoot + "/dflash", *f.model);
+    EXPECT_TRUE(dflash->info().on_device);
+    EngineOptions d = o;
+    d.kv_num_blocks = 60;
+    d.drafter = dflash.get();
+    expect_engine_lossless(d, "dflash on the GPU, fixed, small pool");
+  }
   if (!f.dspark) GTEST_SKIP() << "shipped DSpark absent (plain decoding checked)";
   // Its frozen embedding / LM head copies are the target's: shared through the GPU model's
   // host views, so the drafter's head runs on the GPU (Model::lm_head).
@@ -320,15 +328,6 @@ TEST(CudaEngine, GreedyEngineOnGpuEqualsPlainGreedy) {
     o.drafter = cpu.get();
     expect_engine_lossless(o, "dspark on the host, fixed, small pool");
     o.drafter = f.dspark.get();
-  }
-  if (std::filesystem::exists(kRoot + "/dflash/model.safetensors")) {
-    auto dflash = load_drafter(kRoot + "/dflash", *f.model);
-    EXPECT_TRUE(dflash->info().on_device);
-    o.drafter = dflash.get();
-    o.calibration = nullptr;
-    expect_engine_lossless(o, "dflash on the GPU, fixed, small pool");
-    o.drafter = f.dspark.get();
-    o.calibration = f.cal ? &*f.cal : nullptr;
   }
   std::vector<SpsPoint> pts;
   for (int b : {1, 16, 64, 256}) pts.push_back({b, 1000.0 / (2.0 + 0.3 * b)});
@@ -431,6 +430,9 @@ void expect_gpu_drafter_agrees(const std::string& dir) {
       std::printf("[cuda drafter] %s window %d/%d: first draft %.4f (%lld), prefix %.4f (%lld drafts), conf max |diff| %.4f (%lld)\n",
                   dir.c_str(), small_window, dyn, first, static_cast<long long>(a.first), all,
                   static_cast<long long>(a.drafts), a.conf_max_diff, static_cast<long long>(a.conf_n));
+      // Measured on the H200 (2026-12-02): first draft 0.993-1.000, prefix 0.978-0.994,
+      // confidences within 0.0065. The floors leave room for near-ties that BF16 rounding of
+      // the K/V and activations (F32 on the host) flips; a broken kernel falls far below.
       EXPECT_GE(first, 0.95) << dir;
       EXPECT_GE(all, 0.85) << dir;
       EXPECT_LE(a.conf_max_diff, 0.05) << dir;

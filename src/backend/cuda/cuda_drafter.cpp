@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_drafter.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -60,6 +61,10 @@ class CudaDraftSeq final : public DraftSequence {
   int window_override = 0;
 };
 
+// Workspace growths so far: a pass that grew one (cudaFree synchronises the whole device,
+// cudaMallocHost is slow) is profiled apart from the steady-state passes.
+std::atomic<int64_t> g_growths{0};
+
 // Grow-only device / pinned host buffers of the drafter's passes.
 template <typename T>
 struct DevBuf {
@@ -75,6 +80,7 @@ struct DevBuf {
       if (p) cudaFree(p);
       p = nullptr;
       n = std::max(m, 2 * n);
+      g_growths.fetch_add(1);
       DSINFER_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T)));
     }
     return p;
@@ -94,6 +100,7 @@ struct PinBuf {
       if (p) cudaFreeHost(p);
       p = nullptr;
       n = std::max(m, 2 * n);
+      g_growths.fetch_add(1);
       DSINFER_CUDA_CHECK(cudaMallocHost(&p, n * sizeof(T)));
     }
     return p;
@@ -157,11 +164,12 @@ class CudaDeepSpecDrafter final : public Drafter {
   // synchronisation), summed per (call, rows bucket) and printed to stderr at destruction.
   bool profile_ = false;
   mutable std::map<std::pair<std::string, int>, std::pair<double, int64_t>> prof_;
-  void record(const char* what, int n, std::chrono::steady_clock::time_point t0) const {
+  // growths0: g_growths when the pass began.
+  void record(const char* what, int n, std::chrono::steady_clock::time_point t0, int64_t growths0) const {
     if (!profile_) return;
     int b = 1;
     while (b < n) b <<= 1;
-    auto& e = prof_[{what, b}];
+    auto& e = prof_[{std::string(what) + (g_growths.load() != growths0 ? " (grew)" : ""), b}];
     e.first += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     e.second += 1;
   }
@@ -313,9 +321,9 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
 CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
   if (stream_ && stream_->s) cudaStreamSynchronize(stream_->s);
   if (!prof_.empty()) {
-    std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_PROFILE (wall ms per pass, by batch size rounded up to a power of two):\n");
+    std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_PROFILE (wall ms per pass, by batch size rounded up to a power of two; (grew): passes that grew a workspace):\n");
     for (const auto& [k, v] : prof_)
-      std::fprintf(stderr, "  %-8s items <= %4d: %7lld passes, %8.3f ms each\n", k.first.c_str(), k.second,
+      std::fprintf(stderr, "  %-15s items <= %4d: %7lld passes, %8.3f ms each\n", k.first.c_str(), k.second,
                    static_cast<long long>(v.second), v.first / static_cast<double>(v.second));
   }
   for (void* p : weights_) cudaFree(p);
@@ -406,6 +414,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   check(C < (1 << 28), "dflash commit_context: too many positions in one call");
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t growths0 = g_growths.load();
   cudaStream_t st = stream_->s;
   const int64_t H = H_, F = int64_t{m_} * H, NK = int64_t{NKV_} * D_, W = int64_t{L_} * 2 * NK;
   const int n = static_cast<int>(C);
@@ -455,7 +464,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
     apply_window(s);
   }
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
-  record("commit", static_cast<int>(items.size()), t0);
+  record("commit", static_cast<int>(items.size()), t0, growths0);
 }
 
 std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<DraftBatchItem>& all) const {
@@ -481,6 +490,7 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
   if (R == 0) return out;
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t growths0 = g_growths.load();
   cudaStream_t st = stream_->s;
   const int64_t H = H_, I = I_, D = D_, NQ = int64_t{NH_} * D, NK = int64_t{NKV_} * D, NQKV = NQ + 2 * NK;
   const int T = R * bs_;
@@ -601,7 +611,7 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     }
   }
   for (size_t j = 0; j < props.size(); ++j) out[where[j]] = std::move(props[j]);
-  record("propose", R, t0);
+  record("propose", R, t0, growths0);
   return out;
 }
 
