@@ -56,6 +56,8 @@ struct DrafterInfo {
   // Tensors the drafter uses from the target instead of its own bit-identical copy
   // (Model::host_embedding/host_lm_head), e.g. {"embed_tokens.weight", "lm_head.weight"}.
   std::vector<std::string> shared_with_target;
+  // true when the drafter runs on the target's device (the CUDA DeepSpec drafter).
+  bool on_device = false;
 };
 
 // Keeps the first n drafts of a proposal (tokens, their q rows, confidences); n <= size.

@@ -6,6 +6,7 @@
 #include "spec/drafter_loader.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <nlohmann/json.hpp>
 
@@ -168,6 +169,12 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
   return d;
 }
 
+namespace {
+std::atomic<DeviceDrafterFactory> g_device_factory{nullptr};
+}  // namespace
+
+void register_device_drafter_factory(DeviceDrafterFactory factory) { g_device_factory.store(factory); }
+
 std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target, const DrafterOptions& opts) {
   if (opts.window_size < -1)
     throw Error("--dflash-window-size: must be >= 0 (0 = unlimited), got " + std::to_string(opts.window_size));
@@ -177,6 +184,9 @@ std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model&
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;
   if (cfg.dialect == DraftDialect::ZLab) return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
+  if (o.on_device && target.on_device())
+    if (DeviceDrafterFactory f = g_device_factory.load())
+      if (std::unique_ptr<Drafter> d = f(cfg, target, o)) return d;
   return std::make_unique<DeepSpecDrafter>(cfg, target, o);
 }
 

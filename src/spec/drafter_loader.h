@@ -32,6 +32,10 @@ struct DrafterOptions {
   int window_size = -1;
   // Weight storage, as LoadOptions::weight_dtype ("auto", "f32", "bf16").
   std::string weight_dtype = "auto";
+  // true: a DeepSpec drafter whose target runs on a device (Model::on_device) runs there
+  // too, when the target's backend registered a device drafter (below); false keeps it on
+  // the host (tests compare the two).
+  bool on_device = true;
 };
 
 enum class DraftDialect { ZLab, DeepSpec };
@@ -55,5 +59,14 @@ DraftConfig parse_draft_config(const std::string& draft_dir, const ModelConfig& 
 
 std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target,
                                       const DrafterOptions& opts = {});
+
+// A backend whose models run on a device registers here how to build a DeepSpec drafter
+// next to them (the CUDA backend does when it loads a target; this floor never links it).
+// load_drafter calls it for a DeepSpec checkpoint whose target is on_device(); the factory
+// returns nullptr to decline (another backend's target, DSINFER_CUDA_DRAFTER=0), and the
+// host drafter is built as before. cfg.window_size is already resolved (>= 0).
+using DeviceDrafterFactory = std::unique_ptr<Drafter> (*)(const DraftConfig& cfg, const Model& target,
+                                                          const DrafterOptions& opts);
+void register_device_drafter_factory(DeviceDrafterFactory factory);
 
 }  // namespace dsinfer

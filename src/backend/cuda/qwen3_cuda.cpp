@@ -36,10 +36,12 @@
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_drafter.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
+#include "backend/cuda/cuda_target.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/qwen3_layer.h"
@@ -94,7 +96,7 @@ int pow2_at_least(int n) {
 
 constexpr int kMaxGraphRows = 256;
 
-class CudaQwen3Model final : public Model {
+class CudaQwen3Model final : public Model, public CudaTarget {
  public:
   CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts);
   ~CudaQwen3Model() override;
@@ -116,6 +118,11 @@ class CudaQwen3Model final : public Model {
   void embed(const int32_t* ids, int n, float* out) const override;
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+  // CudaTarget: what the GPU drafter (cuda_drafter.h) reads from the target.
+  const bf16* device_embedding() const override { return embed_; }
+  const bf16* device_lm_head() const override { return head_; }
+  int device_ordinal() const override { return opts_.device; }
+  bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
@@ -651,6 +658,8 @@ std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaM
   if (!qwen3)
     throw Error(model_dir + "/config.json: field 'architectures': '" + cfg.architecture +
                 "' is not supported by the CUDA backend (supported: Qwen3ForCausalLM)");
+  // DeepSpec drafters of a CUDA target run on the GPU too (spec/drafter_loader.h).
+  register_device_drafter_factory(&make_cuda_deepspec_drafter);
   return std::make_unique<cuda::CudaQwen3Model>(cfg, opts);
 }
 
