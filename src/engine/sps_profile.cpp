@@ -109,8 +109,13 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
   // Repetitions interleave the points (B = 1, 2, ..., then again), so a burst of other work
   // on the machine hits every point alike instead of bending the curve at some B.
   ForwardOutput o;
+  std::vector<int32_t> ids;
+  // What the engine runs: a model on a device verifies greedy steps with forward_argmax (ids
+  // cross to the host, not vocabulary-wide logit rows, whose copy grows with B and had made
+  // every verify row look several times dearer than it is on the GPU).
   auto verify_once = [&](size_t k) {
-    target.forward(*kv, steps[k], o);
+    if (target.on_device()) target.forward_argmax(*kv, steps[k], o, ids);
+    else target.forward(*kv, steps[k], o);
     kv->truncate(0, opts.context);
   };
   std::vector<double> verify_ms(bs.size(), 1e300);

@@ -6,7 +6,8 @@
 // (capturing the drafter's layers), commits it to a draft sequence, then times
 //   t_draft   = one drafter proposal of the full block at that context (fastest of reps)
 //   t_verify(B) = one target forward of B tokens appended at that context, logits for every
-//                 row, the drafter's layers captured, rolled back after (fastest of reps,
+//                 row (a model on a device: their argmax ids, forward_argmax, as the engine's
+//                 greedy steps), the drafter's layers captured, rolled back after (fastest of reps,
 //                 the points interleaved, then made non-decreasing in B by pooling)
 // for B = 1..max_batch_tokens, and returns SPS(B) = 1 / (t_draft + t_verify(B)): at batch 1
 // the draft runs before every verify whatever length the scheduler picks, so it belongs to
