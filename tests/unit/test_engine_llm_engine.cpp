@@ -179,6 +179,27 @@ TEST(LLMEngine, SmallTokenBudgetChunksPrefillsAndStaysLossless) {
   expect_lossless(o, "chunked");
 }
 
+TEST(LLMEngine, PrefillStepTokensCapsPromptChunksAsPlainDecodingWould) {
+  // A speculative engine's max_batch_tokens also holds verify blocks; prefill_step_tokens
+  // keeps a step's prompt tokens + one row per decoding request within what a plain step
+  // would take (at least 64 prompt tokens when prompts wait), whatever the forward budget.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  EngineOptions o = dspark_options(16, 576);  // 16 x (block + 1) x 4: room for big chunks
+  int widest = 0, over = 0;
+  o.on_step = [&](const StepObservation& obs) {
+    widest = std::max(widest, obs.prefill_tokens);
+    if (obs.prefill_tokens > std::max(96 - obs.decoding, 64)) ++over;
+  };
+  expect_lossless(o, "uncapped");
+  EXPECT_GT(widest, 96) << "without the cap a step takes prompt chunks wider than 96 tokens";
+  o.prefill_step_tokens = 96;
+  widest = 0;
+  over = 0;
+  expect_lossless(o, "prefill_step_tokens 96");
+  EXPECT_EQ(over, 0) << "steps whose prompt tokens exceeded max(96 - decoding, 64)";
+  EXPECT_GT(widest, 0);
+}
+
 TEST(LLMEngine, DSparkEveryPolicyIsLossless) {
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   expect_lossless_under_every_policy(dspark_options(), "dspark");
