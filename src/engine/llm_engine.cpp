@@ -581,9 +581,9 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // request's drafter pass costs draft_ms whatever the scheduler then verifies, so under load
   // drafting can cost more than it brings. Greedy on estimated gains (what drafting that
   // request bought when it last drafted; for a request never measured, the running mean of
-  // every request's measurements, as requests of one workload accept alike): in decreasing
-  // gain, take the k first requests whose step throughput
-  // (R + Σ gain) / (t_draft(k) + t_verify(R + Σ len)) is highest. Any choice is lossless (it only
+  // every request's measurements, as requests of one workload accept alike): take requests
+  // in decreasing gain while the step's expected throughput
+  // (R + Σ gain) / (t_draft(k) + t_verify(R + Σ len)) grows. Any choice is lossless (it only
   // decides which requests get drafts).
   // Estimates go stale while requests are left out, so some re-probe; but a probe costs a
   // drafter pass and its verify rows, which under load is what made speculation slower than
@@ -604,18 +604,14 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
     return choice;
   };
-  // At this load, could k requests' drafts pay even if every draft were accepted, for some
-  // k (1, 2, 4, ..., R: a batched pass may cost far less than k single ones, so k = 1 is not
-  // always the best case)? If not (a large batch: the step is compute-bound and a drafter
-  // pass costs more than full blocks bring), nobody drafts and nobody probes: probes, and
-  // the drafter context rows they flush, are then pure cost, which kept dspark 5-15 % behind
-  // plain decoding at concurrency 16-64.
-  bool could_pay = false;
-  for (int k = 1; !could_pay; k = std::min(2 * k, R)) {
-    could_pay = (R + k * max_drafts_) / (draft_ms(k) + t_verify(R + k * max_drafts_)) > R / t_verify(R);
-    if (k == R) break;
+  // At this load, could one request's drafts pay even if every draft were accepted? If not
+  // (a large batch: the step is compute-bound and a drafter pass costs more than a full
+  // block brings), nobody drafts and nobody probes: probes, and the drafter context rows
+  // they flush, are then pure cost, which kept dspark 5-15 % behind plain decoding at
+  // concurrency 16-64.
+  if (!((R + max_drafts_) / (draft_ms(1) + t_verify(R + max_drafts_)) > R / t_verify(R))) {
+    return settle(std::vector<bool>(dec.size(), false));
   }
-  if (!could_pay) return settle(std::vector<bool>(dec.size(), false));
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
   std::vector<int> order;
@@ -653,18 +649,16 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return est[static_cast<size_t>(a)] > est[static_cast<size_t>(b)]; });
   double gain = 0, best = R / t_verify(R);
-  // The best prefix of that order, over all prefixes: with a pass cost flat in k the first
-  // requests may not pay alone while more of them together do.
   int len = 0, k = 0;
-  for (int j = 0; j < static_cast<int>(order.size()); ++j) {
-    const size_t i = static_cast<size_t>(order[static_cast<size_t>(j)]);
-    gain += est[i];
-    len += est_len[i];
-    const double theta = (R + gain) / (draft_ms(j + 1) + t_verify(R + len));
-    if (theta > best) {
-      best = theta;
-      k = j + 1;
-    }
+  for (; k < static_cast<int>(order.size()); ++k) {
+    const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
+    const double g = gain + est[i];
+    const int l = len + est_len[i];
+    const double theta = (R + g) / (draft_ms(k + 1) + t_verify(R + l));
+    if (!(theta > best)) break;
+    best = theta;
+    gain = g;
+    len = l;
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
   // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it)

@@ -403,25 +403,6 @@ TEST(LLMEngine, DSparkDraftingChoiceStopsPayingForDraftsThatDoNotPay) {
   EXPECT_GT(cheap.drafted_tokens, cheap.verify_entries) << "cheap drafting should run on most request-steps";
 }
 
-TEST(LLMEngine, DSparkDraftingChoiceUsesTheMeasuredBatchedPassCost) {
-  // EngineOptions::draft_cost: the drafter pass over k requests as measured. Priced at
-  // k x 1 ms (draft_ms_per_request), drafting 16 requests costs 16 ms against a 2.8 ms plain
-  // step, so they take turns at most; a pass as flat in k as a GPU's (1 ms for any k up to
-  // 64) makes drafting them all pay. Lossless both ways.
-  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  const SpsTable sps = linear_sps(2.0, 0.05);
-  EngineOptions o = dspark_options(16, 512);
-  o.policy = VerifyPolicy::DSpark;
-  o.sps = &sps;
-  o.draft_ms_per_request = 1.0;
-  const EngineStats linear = expect_lossless(o, "linear draft cost");
-  o.draft_cost = DraftCostTable({{1, 1.0}, {64, 1.0 + 1e-6}});
-  const EngineStats flat = expect_lossless(o, "flat draft cost");
-  EXPECT_GT(flat.drafted_tokens, 2 * linear.drafted_tokens)
-      << "flat " << flat.drafted_tokens << " vs linear " << linear.drafted_tokens << " drafted tokens";
-  EXPECT_LT(flat.steps, linear.steps);
-}
-
 TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   // The drafting choice keeps a population estimate across requests; it is reset when the
   // engine goes idle, so the same seeded sampled request run alone twice gives the same
