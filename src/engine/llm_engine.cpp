@@ -433,10 +433,8 @@ void LLMEngine::bind(Sequence& s, int length) { paged_->bind(s.slot, s.table.blo
 
 void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden) {
   if (!feat_ || !hidden) return;
-  const int bs = pool_->block_size();
   for (int i = 0; i < n; ++i) {
-    const int p = start + i;
-    std::byte* row = features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_row_bytes();
+    std::byte* row = feature_row(blocks, start + i);
     const float* src = hidden + static_cast<size_t>(i) * feat_;
     if (features_bf16_) kv_round_bf16(src, feat_, reinterpret_cast<uint16_t*>(row));
     else std::memcpy(row, src, static_cast<size_t>(feat_) * sizeof(float));
@@ -444,10 +442,8 @@ void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n
 }
 
 void LLMEngine::gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const {
-  const int bs = pool_->block_size();
   for (int i = 0; i < n; ++i) {
-    const int p = start + i;
-    const std::byte* row = features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_row_bytes();
+    const std::byte* row = feature_row(blocks, start + i);
     float* out = dst + static_cast<size_t>(i) * feat_;
     if (features_bf16_) {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(row);

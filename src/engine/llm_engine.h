@@ -325,6 +325,11 @@ class LLMEngine {
   std::unique_ptr<std::byte[]> features_;
   bool features_bf16_ = false;
   size_t feature_row_bytes() const { return static_cast<size_t>(feat_) * (features_bf16_ ? 2 : 4); }
+  // Position p of a block table in the feature store.
+  std::byte* feature_row(std::span<const int32_t> blocks, int p) const {
+    const int bs = pool_->block_size();
+    return features_.get() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_row_bytes();
+  }
   // This step's drafter pass: the pending rows of its drafting requests, gathered.
   std::vector<float> draft_hidden_;
   ForwardBatch step_batch_;  // step()'s forward, reused

@@ -41,6 +41,21 @@ double min_time_ms(int repeats, F&& f) {
   return best;
 }
 
+// Prefills slot 0 of kv with a deterministic dummy context of `context` tokens (ids spread
+// over the vocabulary: content does not change the cost of a dense forward), capturing the
+// drafter's layers; returns its tokens, out holds the captured rows.
+std::vector<int32_t> prefill_dummy_context(Model& target, const std::vector<int>& capture, int context, KVCache& kv,
+                                           ForwardOutput& out) {
+  const int vocab = target.config().vocab_size;
+  ForwardBatch pre;
+  pre.capture_layers = capture;
+  pre.entries.resize(1);
+  for (int i = 0; i < context; ++i) pre.entries[0].tokens.push_back(static_cast<int32_t>((i * 7919L + 13) % vocab));
+  pre.entries[0].logit_rows = {context - 1};
+  target.forward(kv, pre, out);
+  return std::move(pre.entries[0].tokens);
+}
+
 }  // namespace
 
 std::vector<double> monotone_nondecreasing(const std::vector<double>& y) {
@@ -74,20 +89,13 @@ SpsTable profile_sps(Model& target, const Drafter* drafter, const SpsProfileOpti
   std::vector<int> capture;
   if (drafter) capture = drafter->info().target_layer_ids;
   auto kv = target.make_kv_cache(1, opts.context + max_b + 1);
-  // A deterministic context: token ids spread over the vocabulary (content does not change
-  // the cost of a dense forward).
-  ForwardBatch pre;
-  pre.capture_layers = capture;
-  pre.entries.resize(1);
-  for (int i = 0; i < opts.context; ++i) pre.entries[0].tokens.push_back(static_cast<int32_t>((i * 7919L + 13) % vocab));
-  pre.entries[0].logit_rows = {opts.context - 1};
   ForwardOutput out;
-  target.forward(*kv, pre, out);
+  const std::vector<int32_t> ctx = prefill_dummy_context(target, capture, opts.context, *kv, out);
 
   double draft_ms = 0.0;
   if (drafter && drafter->info().max_draft_tokens > 0) {
     auto seq = drafter->start();
-    drafter->commit_context(*seq, pre.entries[0].tokens.data(), capture.empty() ? nullptr : out.captured.data(),
+    drafter->commit_context(*seq, ctx.data(), capture.empty() ? nullptr : out.captured.data(),
                             opts.context);
     SamplingParams greedy;
     Rng rng(1);
@@ -189,13 +197,8 @@ DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const s
   const int vocab = target.config().vocab_size;
   const std::vector<int> capture = drafter.info().target_layer_ids;
   auto kv = target.make_kv_cache(1, context + 1);
-  ForwardBatch pre;
-  pre.capture_layers = capture;
-  pre.entries.resize(1);
-  for (int i = 0; i < context; ++i) pre.entries[0].tokens.push_back(static_cast<int32_t>((i * 7919L + 13) % vocab));
-  pre.entries[0].logit_rows = {context - 1};
   ForwardOutput out;
-  target.forward(*kv, pre, out);
+  const std::vector<int32_t> ctx = prefill_dummy_context(target, capture, context, *kv, out);
   // Every sequence gets the same context (its cost, not its content, matters here).
   const int max_k = batches.back();
   std::vector<std::unique_ptr<DraftSequence>> seqs;
@@ -203,7 +206,7 @@ DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const s
   for (int s = 0; s < max_k; ++s) {
     seqs.push_back(drafter.start());
     drafter.reserve(*seqs.back(), context + n + 1);
-    commits.push_back({seqs.back().get(), pre.entries[0].tokens.data(), capture.empty() ? nullptr : out.captured.data(),
+    commits.push_back({seqs.back().get(), ctx.data(), capture.empty() ? nullptr : out.captured.data(),
                        context});
   }
   drafter.commit_context_batch(commits);
