@@ -70,7 +70,7 @@ struct LLMEngine::Sequence {
   std::unique_ptr<LookupTracker> lookup;
   std::vector<int32_t> lookup_tokens;
   std::vector<float> lookup_survival;
-  std::vector<float> lookup_confidence;  // the same as per-draft conditionals (round logs)
+  int lookup_bucket = -1;  // its LookupStats bucket (per-draft conditionals for round logs)
   bool prop_lookup = false;
   bool prop_drafted = false;  // `prop` came from a drafter pass (its round feeds `yield`)
   DrafterYield yield;
@@ -785,7 +785,7 @@ bool LLMEngine::step() {
         s->lookup_survival.push_back(static_cast<float>(a));
         gain += a;
       }
-      s->lookup_confidence = lookup_confidences(lookup_stats_, lp.bucket, static_cast<int>(s->lookup_tokens.size()));
+      s->lookup_bucket = lp.bucket;
       const DrafterYield& y = s->yield.rounds > 0 ? s->yield : pop_yield_;
       // Until a drafter round was measured, the drafter drafts (its yield is unknown).
       if (!s->lookup_tokens.empty() && y.rounds > 0 && 1.0 + gain >= rho * y.tokens) lookup_first[r] = true;
@@ -861,7 +861,7 @@ bool LLMEngine::step() {
         // Not drafting: its lookup proposal is verified, as far as the verify policy finds
         // the rows worth it.
         s->prop.tokens = s->lookup_tokens;
-        s->prop.confidence = s->lookup_confidence;
+        s->prop.confidence = lookup_confidences(lookup_stats_, s->lookup_bucket, static_cast<int>(s->lookup_tokens.size()));
         s->prop_lookup = true;
       }
     }
