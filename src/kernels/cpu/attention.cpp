@@ -14,6 +14,7 @@
 #include <cfloat>
 #include <cmath>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -158,6 +159,19 @@ void gather_paged(const QueryGroup& g, int n, T* k_out, T* v_out) {
     std::copy(k + (a - shift) * D, k + (b - shift) * D, k_out + a * D);
     std::copy(v + (a - shift) * D, v + (b - shift) * D, v_out + a * D);
   });
+}
+
+// Keys and values [0, n) of a group as contiguous rows, for the per-row cores: k and v
+// themselves, or, for a paged group, their blocks gathered into this thread's buffers
+// (grown, never shrunk; valid until the next call with the same T).
+template <class T>
+std::pair<const T*, const T*> contiguous_kv(const QueryGroup& g, const T* k, const T* v, int n) {
+  if (!g.block_ids) return {k, v};
+  thread_local std::vector<T> kbuf, vbuf;
+  const size_t size = static_cast<size_t>(n) * g.head_dim;
+  if (kbuf.size() < size) kbuf.resize(size), vbuf.resize(size);
+  gather_paged<T>(g, n, kbuf.data(), vbuf.data());
+  return {kbuf.data(), vbuf.data()};
 }
 
 // Pass 1 over a BF16 cache, apart so that MXCSR is set around opaque kernel calls only.
@@ -336,30 +350,12 @@ void attention_isa(IsaLevel isa, const AttentionBlock* blocks, int n_blocks, int
         continue;
       }
       if (qg.k16) {  // per row, the specification itself (gathering a paged cache first)
-        const uint16_t* rk = qg.k16;
-        const uint16_t* rv = qg.v16;
-        if (qg.block_ids) {
-          thread_local std::vector<uint16_t> kbuf16, vbuf16;  // grown, never shrunk
-          const size_t n = static_cast<size_t>(n_keys[qg.n - 1]) * head_dim;
-          if (kbuf16.size() < n) kbuf16.resize(n), vbuf16.resize(n);
-          gather_paged<uint16_t>(qg, n_keys[qg.n - 1], kbuf16.data(), vbuf16.data());
-          rk = kbuf16.data();
-          rv = vbuf16.data();
-        }
+        const auto [rk, rv] = contiguous_kv(qg, qg.k16, qg.v16, n_keys[qg.n - 1]);
         for (int r = 0; r < qg.n; ++r)
           attend_row_bf16_reference(q[r], rk, rv, n_keys[r], head_dim, scale, scratch.data(), out[r]);
         continue;
       }
-      const float* rk = qg.k;
-      const float* rv = qg.v;
-      if (qg.block_ids) {  // the per-row cores read contiguous keys: gather the blocks first
-        thread_local std::vector<float> kbuf, vbuf;  // grown, never shrunk
-        const size_t n = static_cast<size_t>(n_keys[qg.n - 1]) * head_dim;
-        if (kbuf.size() < n) kbuf.resize(n), vbuf.resize(n);
-        gather_paged<float>(qg, n_keys[qg.n - 1], kbuf.data(), vbuf.data());
-        rk = kbuf.data();
-        rv = vbuf.data();
-      }
+      const auto [rk, rv] = contiguous_kv(qg, qg.k, qg.v, n_keys[qg.n - 1]);  // the per-row cores read contiguous keys
       for (int r = 0; r < qg.n; ++r) {
         if (avx2_rows) attend_row_avx2(q[r], rk, rv, n_keys[r], head_dim, scale, scratch.data(), out[r]);
         else attend_row_scalar(q[r], rk, rv, n_keys[r], head_dim, scale, scratch.data(), out[r]);

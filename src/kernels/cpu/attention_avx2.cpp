@@ -131,14 +131,6 @@ inline __m256 in_register(__m256 x) {
   return x;
 }
 
-// Software prefetch distance, in keys (see attention_avx512.cpp).
-constexpr int kPrefetchKeys = 16;
-
-// Prefetches n floats from p, one cache line per 16.
-inline void prefetch_floats(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
-
 constexpr int kScoreTile = 3;  // query vectors per scores tile (12 accumulators for 2 keys)
 constexpr int kValueTile = 3;  // query vectors per values tile
 constexpr int kValueU = 2;     // 8-lane chunks of head_dim per values pass (6 accumulators)
@@ -183,7 +175,7 @@ void scores_tile(const float* const* q, const float* k, int j0, int j1, int D, f
   int j = j0;
   for (; j + 8 <= j1; j += 8) {
     const float* kj = k + static_cast<int64_t>(j) * D;
-    if (prefetch) prefetch_floats(kj + kPrefetchKeys * D, 8 * D);
+    if (prefetch) prefetch_rows(kj + kPrefetchKeys * D, 8 * D);
     __m256 part[Q][8];
     for (int kk = 0; kk < 8; kk += 2) partials_2keys<Q>(q, kj + kk * D, kj + (kk + 1) * D, D, part, kk);
     for (int r = 0; r < Q; ++r) _mm256_storeu_ps(s[r] + j, _mm256_mul_ps(hsum8(part[r]), vscale));
@@ -211,7 +203,7 @@ void values_pass(const float* const* p, const float* v, int j0, int j1, int D, f
     for (int u = 0; u < U; ++u) acc[r][u] = zero ? _mm256_setzero_ps() : _mm256_loadu_ps(out[r] + c0 + u * 8);
   for (int j = j0; j < j1; ++j) {
     const float* vj = v + static_cast<int64_t>(j) * D + c0;
-    if (prefetch && c0 == 0) prefetch_floats(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
+    if (prefetch && c0 == 0) prefetch_rows(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
     __m256 pj[Q];
     for (int r = 0; r < Q; ++r) pj[r] = _mm256_broadcast_ss(p[r] + j);
     for (int u = 0; u < U; ++u) {

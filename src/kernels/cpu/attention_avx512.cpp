@@ -49,7 +49,7 @@ void scores_tile(const float* const* q, const float* k, int j0, int j1, int D, f
   int j = j0;
   for (; j + 8 <= j1; j += 8) {
     const float* kj = k + static_cast<int64_t>(j) * D;
-    if (prefetch) prefetch_floats(kj + kPrefetchKeys * D, 8 * D);
+    if (prefetch) prefetch_rows(kj + kPrefetchKeys * D, 8 * D);
     __m512 acc[Q][8];
     for (int r = 0; r < Q; ++r)
       for (int kk = 0; kk < 8; ++kk) acc[r][kk] = _mm512_setzero_ps();
@@ -93,8 +93,6 @@ inline __m512 load16(const uint16_t* p) {
   return _mm512_castsi512_ps(
       _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
 }
-inline void prefetch_row(const float* p, int n) { prefetch_floats(p, n); }
-inline void prefetch_row(const uint16_t* p, int n) { prefetch_bf16(p, n); }
 
 // Lanes [c0, c0 + 16U) of out[r], r < Q, over keys [j0, j1); T: the cache's element type.
 template <int Q, int U, class T>
@@ -105,7 +103,7 @@ void values_pass(const float* const* p, const T* v, int j0, int j1, int D, float
     for (int u = 0; u < U; ++u) acc[r][u] = zero ? _mm512_setzero_ps() : _mm512_loadu_ps(out[r] + c0 + u * 16);
   for (int j = j0; j < j1; ++j) {
     const T* vj = v + static_cast<int64_t>(j) * D + c0;
-    if (prefetch && c0 == 0) prefetch_row(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
+    if (prefetch && c0 == 0) prefetch_rows(vj + kPrefetchKeys * D, D);  // whole rows: later passes hit
     __m512 pj[Q];
     for (int r = 0; r < Q; ++r) pj[r] = _mm512_set1_ps(p[r][j]);
     for (int u = 0; u < U; ++u) {

@@ -1,11 +1,13 @@
 // dsinfer kernels: helpers shared by the AVX-512 attention files (attention_avx512.cpp,
-// attention_avx512bf16.cpp): the register pin that keeps one load per key chunk, software
-// prefetch of K/V rows, and reduce8(), the score reduction of eight keys at once. Included
+// attention_avx512bf16.cpp): the register pin that keeps one load per key chunk and
+// reduce8(), the score reduction of eight keys at once (K/V prefetch: attention_internal.h). Included
 // only by translation units compiled for AVX-512.
 #pragma once
 #include <immintrin.h>
 
 #include <cstdint>
+
+#include "kernels/cpu/attention_internal.h"
 
 namespace dsinfer::attention_detail::avx512 {
 
@@ -16,19 +18,6 @@ inline __m512 in_register(__m512 x) {
   return x;
 }
 
-// Software prefetch distance, in keys (4 KB of K or V rows at head_dim 64): measured
-// best against DRAM-resident K/V (bench_attention cold = 1).
-constexpr int kPrefetchKeys = 16;
-
-// Prefetches n floats from p, one cache line per 16.
-inline void prefetch_floats(const float* p, int n) {
-  for (int i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
-
-// Prefetches n BF16 values from p, one cache line per 32.
-inline void prefetch_bf16(const uint16_t* p, int n) {
-  for (int i = 0; i < n; i += 32) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T0);
-}
 
 // The eight scores (before scale) of acc[0..7], one key each, in key order. Same additions
 // as hsum8() in attention_avx2.cpp on s_k = low half + high half of acc[k].
@@ -66,7 +55,7 @@ void scores_bf16_tile(const uint16_t* const* qb, const uint16_t* k, int j0, int 
   int j = j0;
   for (; j + 8 <= j1; j += 8) {
     const uint16_t* kj = k + static_cast<int64_t>(j) * D;
-    if (prefetch) prefetch_bf16(kj + kPrefetchKeys * D, 8 * D);
+    if (prefetch) prefetch_rows(kj + kPrefetchKeys * D, 8 * D);
     __m512 acc[Q][8];
     for (int r = 0; r < Q; ++r)
       for (int kk = 0; kk < 8; ++kk) acc[r][kk] = _mm512_setzero_ps();
