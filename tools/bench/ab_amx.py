@@ -14,14 +14,7 @@ import json
 import os
 import subprocess
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-EMB = os.path.join(REPO, "models", "embedded")
-METHODS = {
-    "none": [],
-    "dflash": ["--spec", "dflash", "--draft-model-path", os.path.join(EMB, "dflash")],
-    "dspark-fixed": ["--spec", "dspark", "--spec-schedule", "fixed", "--draft-model-path", os.path.join(EMB, "dspark")],
-    "dspark": ["--spec", "dspark", "--draft-model-path", os.path.join(EMB, "dspark")],
-}
+from spec_methods import EMB, METHODS, REPO  # noqa: E402 (the script's own folder is on sys.path)
 
 
 def run(bin_, amx, prompt, flags, max_tokens):

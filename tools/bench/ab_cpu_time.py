@@ -21,14 +21,7 @@ import statistics
 import subprocess
 import tempfile
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-EMB = os.path.join(REPO, "models", "embedded")
-METHODS = {
-    "none": [],
-    "dflash": ["--spec", "dflash", "--draft-model-path", os.path.join(EMB, "dflash")],
-    "dspark-fixed": ["--spec", "dspark", "--spec-schedule", "fixed", "--draft-model-path", os.path.join(EMB, "dspark")],
-    "dspark": ["--spec", "dspark", "--draft-model-path", os.path.join(EMB, "dspark")],
-}
+from spec_methods import EMB, METHODS, REPO  # noqa: E402 (the script's own folder is on sys.path)
 
 
 def cpu_run(binary, args, cache_dir):
