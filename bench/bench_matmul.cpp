@@ -112,6 +112,10 @@ void matmul_args(benchmark::internal::Benchmark* b) {
       // The embedded 12M target (H = 320, I = 896, V = 8192): cache-hot, verify-block sizes.
       for (auto [rows, cols] : {std::pair<int64_t, int64_t>{896, 320}, {320, 896}, {8192, 320}})
         for (int64_t m : {1, 5, 6, 7, 8, 9, 64}) b->Args({rows, cols, m, thr, 0, prec});
+      // The same shapes DRAM-cold, as a decode or verify step meets them (the 24 MB of
+      // weights stream from memory every forward).
+      for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1792, 320}, {320, 896}, {8192, 320}})
+        for (int64_t m : {1, 2, 4, 6, 8}) b->Args({rows, cols, m, thr, 1, prec});
     }
 }
 BENCHMARK(BM_Matmul)->Apply(matmul_args)->Unit(benchmark::kMicrosecond)->UseRealTime()
