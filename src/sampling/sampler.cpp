@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "kernels/cpu/argmax.h"
 
 namespace dsinfer {
 
@@ -17,12 +18,7 @@ void validate_sampling_params(const SamplingParams& p) {
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw Error("top_p: must be in (0, 1], got " + std::to_string(p.top_p));
 }
 
-int32_t argmax(const float* logits, int n) {
-  int32_t best = 0;
-  for (int i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
-}
+int32_t argmax(const float* logits, int n) { return argmax_f32(logits, n); }
 
 static uint64_t splitmix64(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);

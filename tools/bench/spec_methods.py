@@ -9,4 +9,6 @@ METHODS = {
     "dflash": ["--spec", "dflash", "--draft-model-path", os.path.join(EMB, "dflash")],
     "dspark-fixed": ["--spec", "dspark", "--spec-schedule", "fixed", "--draft-model-path", os.path.join(EMB, "dspark")],
     "dspark": ["--spec", "dspark", "--draft-model-path", os.path.join(EMB, "dspark")],
+    # The drafter alone: the lookup assist (on by default with a drafter) off.
+    "dspark-alone": ["--spec", "dspark", "--spec-lookup", "off", "--draft-model-path", os.path.join(EMB, "dspark")],
 }
