@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
@@ -47,27 +48,57 @@ DraftBackbone::DraftBackbone(const ModelConfig& cfg, int num_features, int block
   layers_.resize(L_);
   for (int l = 0; l < L_; ++l)
     layers_[l] = load_qwen3_layer(store, prefix + "layers." + std::to_string(l) + ".", dims_, cfg.attention_bias);
+  // The target's rule (Qwen3Model::kv_dtype): K/V from Bf16Dot projections are kept in BF16.
+  kv_bf16_ = matmul_precision() == MatmulPrecision::Bf16Dot && L_ > 0 && layers_[0].k.dtype == DType::BF16 &&
+             layers_[0].v.dtype == DType::BF16;
+}
+
+namespace {
+// Calls f on the K and the V buffers (per layer) the context uses: F32 or BF16.
+template <class F>
+void for_each_kv(bool bf16, std::vector<std::vector<float>>& k, std::vector<std::vector<float>>& v,
+                 std::vector<std::vector<uint16_t>>& kb, std::vector<std::vector<uint16_t>>& vb, F&& f) {
+  if (bf16) {
+    f(kb);
+    f(vb);
+  } else {
+    f(k);
+    f(v);
+  }
+}
+}  // namespace
+
+void DraftBackbone::store_kv(DraftContext& s, int l, int g, int row, const float* k, const float* v) const {
+  const size_t dst = (static_cast<size_t>(g) * s.cap_ + row) * D_;
+  if (kv_bf16_) {
+    kv_round_bf16(k, D_, s.kb_[l].data() + dst);
+    kv_round_bf16(v, D_, s.vb_[l].data() + dst);
+  } else {
+    std::memcpy(s.k_[l].data() + dst, k, D_ * sizeof(float));
+    std::memcpy(s.v_[l].data() + dst, v, D_ * sizeof(float));
+  }
 }
 
 void DraftBackbone::ensure_capacity(DraftContext& s, int rows_needed) const {
-  if (static_cast<int>(s.k_.size()) != L_) {
-    s.k_.assign(L_, {});
-    s.v_.assign(L_, {});
+  const size_t layers = kv_bf16_ ? s.kb_.size() : s.k_.size();
+  if (static_cast<int>(layers) != L_) {
+    for_each_kv(kv_bf16_, s.k_, s.v_, s.kb_, s.vb_, [&](auto& bufs) { bufs.assign(L_, {}); });
     s.cap_ = 0;
   }
   if (rows_needed <= s.cap_) return;
   const int new_cap = std::max({rows_needed, 2 * s.cap_, 64});
   const int used = s.length_ - s.store_first_;  // committed rows worth keeping
-  for (int l = 0; l < L_; ++l) {
-    for (auto* buf : {&s.k_[l], &s.v_[l]}) {
-      std::vector<float> nb(static_cast<size_t>(NKV_) * new_cap * D_);
+  for_each_kv(kv_bf16_, s.k_, s.v_, s.kb_, s.vb_, [&](auto& bufs) {
+    using T = typename std::decay_t<decltype(bufs)>::value_type::value_type;
+    for (auto& buf : bufs) {
+      std::vector<T> nb(static_cast<size_t>(NKV_) * new_cap * D_);
       for (int g = 0; g < NKV_; ++g)
         if (used > 0)
-          std::memcpy(nb.data() + static_cast<size_t>(g) * new_cap * D_, buf->data() + static_cast<size_t>(g) * s.cap_ * D_,
-                      static_cast<size_t>(used) * D_ * sizeof(float));
-      buf->swap(nb);
+          std::memcpy(nb.data() + static_cast<size_t>(g) * new_cap * D_, buf.data() + static_cast<size_t>(g) * s.cap_ * D_,
+                      static_cast<size_t>(used) * D_ * sizeof(T));
+      buf.swap(nb);
     }
-  }
+  });
   s.cap_ = new_cap;
 }
 
@@ -84,12 +115,14 @@ void DraftBackbone::apply_window(DraftContext& s) const {
   const int drop = keep_from - s.store_first_;
   if (drop < std::max(keep_rows, 32)) return;
   const int keep = s.length_ - keep_from;
-  for (int l = 0; l < L_; ++l)
-    for (auto* buf : {&s.k_[l], &s.v_[l]})
+  for_each_kv(kv_bf16_, s.k_, s.v_, s.kb_, s.vb_, [&](auto& bufs) {
+    using T = typename std::decay_t<decltype(bufs)>::value_type::value_type;
+    for (auto& buf : bufs)
       for (int g = 0; g < NKV_; ++g) {
-        float* base = buf->data() + static_cast<size_t>(g) * s.cap_ * D_;
-        std::memmove(base, base + static_cast<size_t>(drop) * D_, static_cast<size_t>(keep) * D_ * sizeof(float));
+        T* base = buf.data() + static_cast<size_t>(g) * s.cap_ * D_;
+        std::memmove(base, base + static_cast<size_t>(drop) * D_, static_cast<size_t>(keep) * D_ * sizeof(T));
       }
+  });
   s.store_first_ = keep_from;
 }
 
@@ -171,11 +204,7 @@ void DraftBackbone::append_context_batch(const std::vector<ContextRows>& items) 
       DraftContext& s = *it.seq;
       const int row0 = s.length_ - s.store_first_;
       for (int i = 0; i < it.count; ++i)
-        for (int g = 0; g < NKV_; ++g) {
-          const size_t dst = (static_cast<size_t>(g) * s.cap_ + row0 + i) * D_;
-          std::memcpy(s.k_[l].data() + dst, k + (r + i) * NK + g * D, D * sizeof(float));
-          std::memcpy(s.v_[l].data() + dst, v + (r + i) * NK + g * D, D * sizeof(float));
-        }
+        for (int g = 0; g < NKV_; ++g) store_kv(s, l, g, row0 + i, k + (r + i) * NK + g * D, v + (r + i) * NK + g * D);
       r += it.count;
     }
   }
@@ -224,15 +253,10 @@ void DraftBackbone::forward_block_batch(const std::vector<DraftContext*>& seqs, 
       DraftContext& s = *seqs[i];
       const int row0 = s.length_ - s.store_first_;       // block rows start here (temporary)
       const int vis0 = s.visible_begin_ - s.store_first_;  // first visible context row
-      float* kc = s.k_[l].data();
-      float* vc = s.v_[l].data();
       const int64_t r0 = int64_t{i} * B;
       for (int j = 0; j < bs_; ++j)
-        for (int gq = 0; gq < NKV_; ++gq) {
-          const size_t dst = (static_cast<size_t>(gq) * s.cap_ + row0 + j) * D_;
-          std::memcpy(kc + dst, k + (r0 + j) * NK + gq * D, D * sizeof(float));
-          std::memcpy(vc + dst, v + (r0 + j) * NK + gq * D, D * sizeof(float));
-        }
+        for (int gq = 0; gq < NKV_; ++gq)
+          store_kv(s, l, gq, row0 + j, k + (r0 + j) * NK + gq * D, v + (r0 + j) * NK + gq * D);
       // Non-causal: every block query sees [visible context ; whole block], i.e. the block
       // starts at key row row0 - vis0 of the visible range and sees all of itself.
       AttentionBlock& ab = blocks[i];
@@ -242,8 +266,13 @@ void DraftBackbone::forward_block_batch(const std::vector<DraftContext*>& seqs, 
       ab.n_q = bs_;
       ab.start_pos = row0 - vis0;
       ab.causal = false;
-      ab.k = kc + static_cast<int64_t>(vis0) * D;
-      ab.v = vc + static_cast<int64_t>(vis0) * D;
+      if (kv_bf16_) {
+        ab.k_bf16 = s.kb_[l].data() + static_cast<int64_t>(vis0) * D;
+        ab.v_bf16 = s.vb_[l].data() + static_cast<int64_t>(vis0) * D;
+      } else {
+        ab.k = s.k_[l].data() + static_cast<int64_t>(vis0) * D;
+        ab.v = s.v_[l].data() + static_cast<int64_t>(vis0) * D;
+      }
       ab.kv_head_stride = static_cast<int64_t>(s.cap_) * D;
       ab.out = att + r0 * NQ;
       ab.out_stride = NQ;

@@ -6,7 +6,8 @@
 //   commit_context: captured target features [c, m·H] → ctx = hidden_norm(fc(features))
 //     → for every draft layer: K = k_norm(k_proj(ctx)) rotated at the ABSOLUTE positions
 //     [len, len + c), V = v_proj(ctx) → appended to DraftContext (committed positions only;
-//     with a sliding window only the last window_size positions stay visible).
+//     with a sliding window only the last window_size positions stay visible), in BF16 when
+//     the projections run as Bf16Dot (kv_bf16()), as the target's own cache.
 //   forward_block: block input embeddings [bs, H] ([anchor, MASK × (bs−1)]) at positions
 //     [len, len + bs) → per layer: input_layernorm → Q (q_norm, RoPE), block K (k_norm,
 //     RoPE) and V written temporarily after the committed entries (never persisted) →
@@ -47,8 +48,10 @@ class DraftContext final : public DraftSequence {
   int store_first_ = 0;    // absolute position of stored row 0
   int visible_begin_ = 0;  // >= store_first_
   int cap_ = 0;            // rows per (layer, KV head) buffer
-  // Per layer: [n_kv_heads][cap_][head_dim].
+  // Per layer: [n_kv_heads][cap_][head_dim]; F32 (k_, v_) or, when the backbone keeps BF16
+  // K/V (DraftBackbone::kv_bf16), BF16 bit patterns (kb_, vb_). Only one pair is used.
   std::vector<std::vector<float>> k_, v_;
+  std::vector<std::vector<uint16_t>> kb_, vb_;
 
  public:
 };
@@ -65,6 +68,11 @@ class DraftBackbone {
   int block_size() const { return bs_; }
   int num_features() const { return m_; }
   int window_size() const { return window_; }
+  // True when the context K/V are kept in BF16 (rounded by kv_round_bf16) and attended with
+  // vdpbf16ps scores, as the target's cache: exactly when the K and V projections run as
+  // Bf16Dot (bf16 matmul precision, BF16 weights) at construction. F32 precision (the
+  // goldens) keeps F32 K/V.
+  bool kv_bf16() const { return kv_bf16_; }
 
   // Appends c committed positions (features [c, m·H]) at absolute positions [len, len + c).
   void append_context(DraftContext& seq, const float* features, int c) const;
@@ -96,8 +104,12 @@ class DraftBackbone {
  private:
   void ensure_capacity(DraftContext& seq, int rows_needed) const;
   void apply_window(DraftContext& seq) const;
+  // Writes one position's K and V rows (head_dim floats each) of KV head g, layer l, at
+  // stored row `row`, rounding to BF16 when kv_bf16_.
+  void store_kv(DraftContext& seq, int l, int g, int row, const float* k, const float* v) const;
 
   int H_, I_, L_, NH_, NKV_, D_, m_, bs_, window_;
+  bool kv_bf16_ = false;
   float eps_;
   RopeParams rope_;
   WeightView fc_{};
