@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <sys/stat.h>
+
 #include "core/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
@@ -255,12 +257,20 @@ std::string sps_model_hash(const std::string& target_dir, const std::string& dra
   return h;
 }
 
+std::string sps_build_identity() {
+  struct stat st {};
+  if (::stat("/proc/self/exe", &st) != 0) return "build unknown";
+  return "build " + std::to_string(static_cast<long long>(st.st_size)) + "-" +
+         std::to_string(static_cast<long long>(st.st_mtim.tv_sec)) + "." +
+         std::to_string(static_cast<long long>(st.st_mtim.tv_nsec));
+}
+
 std::string sps_machine_string(int threads, const SpsProfileOptions& opts) {
   const CpuFeatures& f = cpu_features();
   return f.model_name + " | isa " + isa_level_name(isa_level()) + (f.avx512bf16 ? "+bf16" : "") + " | matmul " +
          matmul_precision_name(matmul_precision()) + " | threads " + std::to_string(threads) +
          " | context " + std::to_string(opts.context) + " | B<=" + std::to_string(opts.max_batch_tokens) +
-         " | fastest-of-" + std::to_string(opts.repeats) + "+isotonic";
+         " | fastest-of-" + std::to_string(opts.repeats) + "+isotonic | " + sps_build_identity();
 }
 
 SpsTable load_or_profile_sps(Model& target, const Drafter* drafter, const std::string& model_hash,

@@ -82,9 +82,14 @@ std::string draft_cost_summary(const DraftCostTable& t);
 // no directory can be determined (then nothing is cached).
 std::string default_sps_cache_path(const std::string& model_hash);
 
-// Identity strings for the cache (see SpsTable::model_hash / machine).
+// Identity strings for the cache (see SpsTable::model_hash / machine). The machine string
+// also names the running build (sps_build_identity): a profile measured by an older build
+// prices verify rows and drafter passes with that build's kernels, so an upgrade re-profiles.
 std::string sps_model_hash(const std::string& target_dir, const std::string& draft_dir);
 std::string sps_machine_string(int threads, const SpsProfileOptions& opts);
+// "build <bytes>-<mtime ns>" of the running executable (/proc/self/exe), "build unknown"
+// where that cannot be read.
+std::string sps_build_identity();
 
 // Reads the cache at `path` when it matches, else profiles and (best effort) writes it.
 // `profiled` reports which happened. path == "" profiles without caching.

@@ -87,6 +87,20 @@ TEST(SpsProfile, ProfiledStepTimeNeverFallsWithB) {
   }
 }
 
+// The cached profile is keyed by the build that measured it: a rebuilt (faster or slower)
+// binary must not reuse an older build's verify and drafter costs.
+TEST(SpsProfile, MachineStringNamesTheRunningBuild) {
+  const std::string id = sps_build_identity();
+  EXPECT_EQ(id.rfind("build ", 0), 0u) << id;
+  EXPECT_NE(id, "build unknown");  // Linux: /proc/self/exe
+  EXPECT_EQ(sps_build_identity(), id);  // stable within a process
+  const std::string machine = sps_machine_string(1, SpsProfileOptions{});
+  EXPECT_NE(machine.find(id), std::string::npos) << machine;
+  // This test binary's size is part of it.
+  const auto bytes = std::filesystem::file_size(std::filesystem::read_symlink("/proc/self/exe"));
+  EXPECT_NE(id.find(" " + std::to_string(bytes) + "-"), std::string::npos) << id;
+}
+
 TEST(DraftCost, InterpolatesAndExtrapolatesWithTheLastSlope) {
   const DraftCostTable t({{1, 0.5}, {2, 0.8}, {4, 1.2}});
   EXPECT_DOUBLE_EQ(t.ms(0), 0.0);
