@@ -8,8 +8,9 @@
 # or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
-# gemm:graphs[:pdl] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
-# DSINFER_CUDA_PDL=1, programmatic dependent launch on). "ncu": Nsight Compute kernel
+# gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
+# DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE is set for that run, e.g.
+# DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
 # the same model with a random DSpark drafter (scripts/make_random_dspark.py, drafter on the
@@ -62,14 +63,14 @@ if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" pr
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   for v in ${BENCH_VARIANTS:-invariant:on cublas:on invariant:off}; do
-    IFS=: read -r g gr pdl <<< "$v"
+    IFS=: read -r g gr pdl extra <<< "$v"
     pdl=${pdl:-0}
-    name=bench_4b_${g}_graphs_${gr}_pdl${pdl}
-    DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
+    name=bench_4b_${g}_graphs_${gr}_pdl${pdl}${extra:+_$(echo "$extra" | tr -c 'A-Za-z0-9\n' _)}
+    env ${extra:-} DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
       --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 ${VERIFY_BLOCKS:+--verify-blocks $VERIFY_BLOCKS} \
       --json > "$OUT/$name.json" 2>> "$OUT/bench.err"
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
-      "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl" || tail -5 "$OUT/bench.err"
+      "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl${extra:+/$extra}" || tail -5 "$OUT/bench.err"
   done
 fi
 if [[ " $STEPS " == *" profile "* ]]; then

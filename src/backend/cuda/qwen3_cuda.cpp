@@ -24,12 +24,14 @@
 // BF16. Batch invariance (opts.batch_invariant): every kernel, the GEMM included, computes
 // a row in an order fixed by the row alone (cuda_gemm.h, cuda_attention.h), and padding
 // rows are independent rows, so graph replay and eager runs give the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -147,6 +149,19 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   void collect_marks(int rows);
   void print_profile() const;
   bool profile_ = false, capturing_ = false;
+  // L2 prefetch plan of a decode step (DSINFER_CUDA_L2_PREFETCH="W,T", MB): while the q/k
+  // kernel and attention run (latency-bound, the DRAM idles) the o projection's weights
+  // and the first W MB of gate/up are asked into the L2; each GEMV's tail asks for the first
+  // T MB of the next GEMV's weights (beyond what was already asked). Only calls of at most
+  // kPrefetchRows rows (decode, small verify blocks), where the GEMMs stream their weights.
+  // ",1" after W,T (pf_side_): the window prefetch is one kernel on a side stream (forked
+  // after the QKV GEMM, joined before the o GEMM) instead of extra work in the q/k kernel and
+  // attention, which measured slower with it (docs/PERFORMANCE.md).
+  uint64_t pf_window_ = 0, pf_tail_ = 0;
+  bool pf_side_ = false;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  static constexpr int kPrefetchRows = 16;
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
@@ -200,9 +215,28 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  {
+    double w_mb = 0.0, t_mb = 4.0;  // defaults: docs/PERFORMANCE.md, CUDA batch-1 third pass
+    int side = 0;
+    if (const char* e = std::getenv("DSINFER_CUDA_L2_PREFETCH")) {
+      char tail = 0;
+      const int got = std::sscanf(e, "%lf,%lf,%d%c", &w_mb, &t_mb, &side, &tail);
+      if (std::string(e) == "0") w_mb = t_mb = 0.0, side = 0;
+      else if ((got != 2 && got != 3) || w_mb < 0 || t_mb < 0 || side < 0 || side > 1)
+        throw Error(std::string("DSINFER_CUDA_L2_PREFETCH must be 'W,T' or 'W,T,S' (MB >= 0, S 0 or 1) or 0, not '") + e + "'");
+    }
+    pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0);
+    pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0);
+    pf_side_ = side == 1 && pf_window_ > 0;
+  }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
   DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(opts.batch_invariant);
+  if (pf_side_) {
+    DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    DSINFER_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    DSINFER_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  }
 
   const RopeParams rope = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
   attention_factor_ = rope.attention_factor;
@@ -287,6 +321,9 @@ CudaQwen3Model::~CudaQwen3Model() {
   if (keys_host_) cudaFreeHost(keys_host_);
   if (cap_) cudaFree(cap_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (side_) cudaStreamDestroy(side_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
 }
 
 void CudaQwen3Model::drop_graphs() {
@@ -405,23 +442,50 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
   capture(-1);
   mark("embed+rope");
+  // L2 prefetch ranges (see pf_window_): [first, first + bytes) of a matrix, clamped to it.
+  const bool pf = T <= kPrefetchRows && (pf_window_ > 0 || pf_tail_ > 0);
+  auto range = [&](const bf16* w, uint64_t size, uint64_t first, uint64_t bytes) {
+    L2Prefetch r;
+    if (!pf || first >= size || bytes == 0) return r;
+    r.p = reinterpret_cast<const char*>(w) + first;
+    r.bytes = std::min(bytes, size - first);
+    return r;
+  };
+  const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
+  const uint64_t o_tail = std::min(pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& W = layers_[l];
     const KVLayerView kvl = kv.layer(l);
+    const bool last = l + 1 == cfg_.num_hidden_layers;
+    const L2Prefetch after_down = last ? range(head_, 2ull * V * H, 0, pf_tail_) : range(layers_[l + 1].qkv, b_qkv, 0, pf_tail_);
     // The input RMSNorm, SwiGLU and the residual adds are fused into the GEMMs (cuda_gemm.h).
-    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s);
+    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s, nullptr,
+               range(W.o, b_o, 0, o_tail));
     if (W.qkv_bias) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
     mark("gemm qkv (+rmsnorm)");
-    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s);
+    const L2Prefetch win_o = pf_window_ > 0 ? range(W.o, b_o, o_tail, b_o) : L2Prefetch{};
+    const L2Prefetch win_gu = range(W.gu, b_gu, 0, gu_win);
+    const bool side = pf_side_ && pf;
+    if (side) {  // fork: the side stream's prefetch runs beside the next two kernels
+      DSINFER_CUDA_CHECK(cudaEventRecord(fork_, s));
+      DSINFER_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+      l2_prefetch(win_o, win_gu, 32, side_);
+      DSINFER_CUDA_CHECK(cudaEventRecord(join_, side_));
+    }
+    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s,
+                       side ? L2Prefetch{} : win_o);
     mark("qk norm + rope + kv store");
-    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s);
+    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
     mark("attention");
-    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s);
+    if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
+    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
+               range(W.gu, b_gu, gu_win, pf_tail_));
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
-    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s);
+    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s,
+                    range(W.down, b_down, 0, pf_tail_));
     mark("gemm gate|up (+rmsnorm, swiglu)");
-    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s);
+    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
     mark("gemm down (+= x)");
     capture(l);
   }
