@@ -43,9 +43,11 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_target.h"
 #include "core/error.h"
 #include "model/config.h"
+#include "model/device_verify.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
 #include "model/weights.h"
@@ -98,7 +100,7 @@ int pow2_at_least(int n) {
 
 constexpr int kMaxGraphRows = 256;
 
-class CudaQwen3Model final : public Model, public CudaTarget {
+class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerifier {
  public:
   CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts);
   ~CudaQwen3Model() override;
@@ -117,6 +119,13 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
     run(kv, batch, out, &ids);
   }
+  // DeviceVerifier (model/device_verify.h): sampling and rejection sampling on the GPU
+  // (cuda_sampling.h); only (accepted, next token) per request crosses to the host.
+  bool verifies_on_device() const override { return device_sampling_; }
+  void forward_verify(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out,
+                      std::vector<VerifyRequest>& reqs) override {
+    run(kv, batch, out, nullptr, &reqs);
+  }
   void embed(const int32_t* ids, int n, float* out) const override;
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
@@ -127,7 +136,17 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
 
  private:
-  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
+  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
+           std::vector<VerifyRequest>* reqs = nullptr);
+  // forward_verify's part after the forward's LM head: uploads the requests, runs the
+  // sampling kernels on the stream; finish_verify reads the results after the sync.
+  void enqueue_verify(const ForwardBatch& batch, std::vector<VerifyRequest>& reqs);
+  void finish_verify(std::vector<VerifyRequest>& reqs);
+  bool device_sampling_ = true;  // DSINFER_CUDA_SAMPLING (default 1)
+  std::vector<char> vblob_;      // host image of the verify inputs (then the results)
+  void* vdev_ = nullptr;         // device copy of vblob_ (stream-ordered allocation per call)
+  float* vq_ = nullptr;          // device q rows of this call
+  size_t v_result_off_ = 0;
   // One caller at a time on the stream and the workspaces: forwards, and embed()/lm_head()
   // from a drafter (which may run on another thread, the engine's async prefetch).
   mutable std::mutex mu_;
@@ -215,6 +234,11 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  if (const char* e = std::getenv("DSINFER_CUDA_SAMPLING")) {
+    if (std::string(e) != "0" && std::string(e) != "1")
+      throw Error(std::string("DSINFER_CUDA_SAMPLING must be 0 or 1, not '") + e + "'");
+    device_sampling_ = std::string(e) == "1";
+  }
   {
     double w_mb = 0.0, t_mb = 4.0;  // defaults: docs/PERFORMANCE.md, CUDA batch-1 third pass
     int side = 0;
@@ -538,7 +562,8 @@ void CudaQwen3Model::print_profile() const {
   }
 }
 
-void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
+void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
+                         std::vector<VerifyRequest>* reqs) {
   std::lock_guard<std::mutex> lock(mu_);
   // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
   auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
@@ -576,12 +601,29 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   check(T < (1 << 30), "forward: too many rows in one batch");
 
+  // Verify requests: checked before the cache is touched too.
+  if (reqs) {
+    for (const VerifyRequest& q : *reqs) {
+      if (q.entry < 0 || q.entry >= static_cast<int>(batch.entries.size()))
+        throw Error("forward_verify: request for entry " + std::to_string(q.entry) + " outside the batch");
+      const int nl = static_cast<int>(batch.entries[q.entry].logit_rows.size());
+      if (q.n_drafts < 0 || q.first_row < 0 || q.first_row + q.n_drafts >= nl)
+        fail(q.entry, "verify rows " + std::to_string(q.first_row) + " .. " + std::to_string(q.first_row + q.n_drafts) +
+                          " outside its " + std::to_string(nl) + " logit rows");
+      for (int i = 0; i < q.n_drafts; ++i)
+        if (q.drafts[i] < 0 || q.drafts[i] >= V)
+          fail(q.entry, "draft " + std::to_string(i + 1) + " token id " + std::to_string(q.drafts[i]) +
+                            " outside the vocabulary [0, " + std::to_string(V) + ")");
+      validate_sampling_params(q.params);
+      if (!q.params.greedy() && !q.rng) fail(q.entry, "a sampled verify request needs its Rng");
+    }
+  }
   out.vocab_size = V;
   out.hidden_size = static_cast<int>(H);
   out.captured.resize(static_cast<size_t>(T * n_cap * H));
-  if (ids) {
+  if (ids || reqs) {
+    if (ids) ids->clear();
     out.logits.clear();
-    ids->clear();
   } else {
     out.logits.resize(static_cast<size_t>(n_logits * V));
   }
@@ -651,14 +693,15 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     else enqueue(*kv, rows, lrows, batch.capture_layers, true);
   } else {
-    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr);
+    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr || reqs != nullptr);
   }
+  if (reqs && n_logits > 0) enqueue_verify(batch, *reqs);
 
   // ---- results back: ids or logit rows, and captured layers -----------------------------
   if (ids && n_logits > 0) {
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(keys_host_, keys_, n_logits * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                        stream_));
-  } else if (!ids && n_logits > 0) {
+  } else if (!ids && !reqs && n_logits > 0) {
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
   }
@@ -667,12 +710,105 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
                                        stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_marks(static_cast<int>(T));
+  if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
     for (int64_t i = 0; i < n_logits; ++i) (*ids)[i] = argmax_from_key(keys_host_[i]);
   }
   for (const ForwardEntry& en : batch.entries)
     kv->set_length(en.slot, kv_base.length(en.slot) + static_cast<int>(en.tokens.size()));
+}
+
+void CudaQwen3Model::enqueue_verify(const ForwardBatch& batch, std::vector<VerifyRequest>& reqs) {
+  const int V = cfg_.vocab_size;
+  // First logit row of each entry (logits_ holds the rows in batch order).
+  std::vector<int> row_base(batch.entries.size() + 1, 0);
+  for (size_t e = 0; e < batch.entries.size(); ++e)
+    row_base[e + 1] = row_base[e] + static_cast<int>(batch.entries[e].logit_rows.size());
+  std::vector<int32_t> dist_rows, drafts;
+  std::vector<SampleParamsDev> params;
+  std::vector<VerifyItemDev> items;
+  std::vector<double> uniforms;
+  int q_rows = 0;
+  for (VerifyRequest& r : reqs) {
+    VerifyItemDev it;
+    it.greedy = r.params.greedy() ? 1 : 0;
+    it.n = r.n_drafts;
+    it.draft_off = static_cast<int>(drafts.size());
+    it.row0 = row_base[r.entry] + r.first_row;
+    drafts.insert(drafts.end(), r.drafts, r.drafts + r.n_drafts);
+    if (!it.greedy) {
+      it.dist0 = static_cast<int>(dist_rows.size());
+      for (int i = 0; i <= r.n_drafts; ++i) {
+        dist_rows.push_back(it.row0 + i);
+        params.push_back({r.params.temperature, r.params.top_k, r.params.top_p});
+      }
+      if (r.q && r.n_drafts > 0) {
+        it.q_off = q_rows;
+        q_rows += r.n_drafts;
+      }
+      // The uniforms verify_drafts would draw (at most n + 1), from a copy of the Rng;
+      // finish_verify advances the request's own Rng by the count used.
+      it.u_off = static_cast<int>(uniforms.size());
+      Rng copy = *r.rng;
+      for (int i = 0; i <= r.n_drafts; ++i) uniforms.push_back(copy.uniform());
+    }
+    items.push_back(it);
+  }
+  if (drafts.empty()) drafts.push_back(0);
+  // One host image, one device allocation, one copy up: [rows | params | items | drafts |
+  // uniforms | dist (device only) | results].
+  auto align = [](size_t x) { return (x + 15) & ~size_t(15); };
+  const size_t o_rows = 0, o_params = align(o_rows + dist_rows.size() * sizeof(int32_t));
+  const size_t o_items = align(o_params + params.size() * sizeof(SampleParamsDev));
+  const size_t o_drafts = align(o_items + items.size() * sizeof(VerifyItemDev));
+  const size_t o_u = align(o_drafts + drafts.size() * sizeof(int32_t));
+  const size_t o_dist = align(o_u + uniforms.size() * sizeof(double));
+  const size_t o_res = align(o_dist + dist_rows.size() * sizeof(RowDist));
+  const size_t total = align(o_res + items.size() * 2 * sizeof(int32_t));
+  vblob_.assign(total, 0);
+  std::memcpy(vblob_.data() + o_rows, dist_rows.data(), dist_rows.size() * sizeof(int32_t));
+  std::memcpy(vblob_.data() + o_params, params.data(), params.size() * sizeof(SampleParamsDev));
+  std::memcpy(vblob_.data() + o_items, items.data(), items.size() * sizeof(VerifyItemDev));
+  std::memcpy(vblob_.data() + o_drafts, drafts.data(), drafts.size() * sizeof(int32_t));
+  std::memcpy(vblob_.data() + o_u, uniforms.data(), uniforms.size() * sizeof(double));
+  DSINFER_CUDA_CHECK(cudaMallocAsync(&vdev_, total, stream_));
+  char* dv = static_cast<char*>(vdev_);
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(dv, vblob_.data(), o_dist, cudaMemcpyHostToDevice, stream_));
+  vq_ = nullptr;
+  if (q_rows > 0) {
+    DSINFER_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&vq_), sizeof(float) * q_rows * V, stream_));
+    for (size_t k = 0; k < reqs.size(); ++k)
+      if (items[k].q_off >= 0)
+        DSINFER_CUDA_CHECK(cudaMemcpyAsync(vq_ + static_cast<size_t>(items[k].q_off) * V, reqs[k].q,
+                                           sizeof(float) * reqs[k].n_drafts * V, cudaMemcpyHostToDevice, stream_));
+  }
+  auto* dist = reinterpret_cast<RowDist*>(dv + o_dist);
+  row_dist(logits_, V, V, reinterpret_cast<const int32_t*>(dv + o_rows), reinterpret_cast<const SampleParamsDev*>(dv + o_params),
+           static_cast<int>(dist_rows.size()), dist, stream_);
+  verify_items(logits_, V, V, keys_, dist, reinterpret_cast<const VerifyItemDev*>(dv + o_items), static_cast<int>(items.size()),
+               reinterpret_cast<const int32_t*>(dv + o_drafts), vq_, reinterpret_cast<const double*>(dv + o_u),
+               reinterpret_cast<int32_t*>(dv + o_res), stream_);
+  v_result_off_ = o_res;
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(vblob_.data() + o_res, dv + o_res, items.size() * 2 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+  DSINFER_CUDA_CHECK(cudaFreeAsync(vdev_, stream_));
+  if (vq_) DSINFER_CUDA_CHECK(cudaFreeAsync(vq_, stream_));
+  vdev_ = nullptr;
+  vq_ = nullptr;
+}
+
+void CudaQwen3Model::finish_verify(std::vector<VerifyRequest>& reqs) {
+  const int32_t* res = reinterpret_cast<const int32_t*>(vblob_.data() + v_result_off_);
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    VerifyRequest& r = reqs[k];
+    r.accepted = res[2 * k];
+    r.next_token = res[2 * k + 1];
+    if (r.params.greedy()) continue;
+    // verify_drafts' draws: one per tested draft, plus one for the token drawn.
+    const int used = r.accepted < r.n_drafts ? r.accepted + 2 : r.n_drafts + 1;
+    for (int i = 0; i < used; ++i) r.rng->uniform();
+  }
 }
 
 void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
