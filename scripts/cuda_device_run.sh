@@ -23,7 +23,10 @@
 # at concurrency ENGINE_PROFILE_C (default 256) with DSINFER_CUDA_PROFILE=1 (eager, per-stage
 # GPU times per forward), $OUT/engine_profile.txt. "serve": dsinfer serve --device cuda on the
 # embedded target (with its DSpark drafter when the tree carries it: DRAFTERS=dspark for
-# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log.
+# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log. "sampling": bench-engine
+# with sampled requests (temperature 0.8, top-p 0.9, plain decoding) on the same model with
+# DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
+# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -44,7 +47,7 @@ cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
 date -u | tee "$OUT/env.txt"
 
 # The random 4B model takes minutes of CPU: start it first, in the background.
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
@@ -58,7 +61,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
@@ -118,6 +121,20 @@ for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ 
       --policies none --concurrency ${ENGINE_PROFILE_C:-256} ${ENGINE_ARGS:-} > "$OUT/engine_profile.txt" 2>&1
     echo "== engine profile (rc $?)"; grep -E "C=|forwards|us/forward" "$OUT/engine_profile.txt" | head -40
   fi
+fi
+if [[ " $STEPS " == *" sampling "* ]]; then
+  # Sampled plain decoding through the engine (temperature 0.8, top-p 0.9): verification and
+  # sampling on the GPU (ids back) against DSINFER_CUDA_SAMPLING=0 (logit rows to the host).
+  python3 -c "
+import json, random
+r = random.Random(1)
+for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ in range(64)]}))" > /tmp/q4b_prompts.jsonl
+  for sm in 1 0; do
+    DSINFER_CUDA_SAMPLING=$sm timeout 200 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --device cuda --prompts /tmp/q4b_prompts.jsonl \
+      --prompt-tokens 64 --max-tokens ${SAMPLING_TOKENS:-64} --rounds-per-slot 1 --policies none --concurrency ${SAMPLING_CONCURRENCY:-1,8,64} \
+      --temperature 0.8 --top-p 0.9 ${ENGINE_ARGS:-} --json > "$OUT/sampling_$sm.json" 2> "$OUT/sampling_$sm.err"
+    echo "== sampled engine, DSINFER_CUDA_SAMPLING=$sm (rc $?)"; grep -E "C=" "$OUT/sampling_$sm.err" | tail -6
+  done
 fi
 if [[ " $STEPS " == *" serve "* ]]; then
   SPEC="--spec none"; [ -e "$R/models/embedded/dspark/model.safetensors" ] && SPEC="--draft-model-path $R/models/embedded/dspark"
