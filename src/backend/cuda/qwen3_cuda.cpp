@@ -249,8 +249,10 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       else if ((got != 2 && got != 3) || w_mb < 0 || t_mb < 0 || side < 0 || side > 1)
         throw Error(std::string("DSINFER_CUDA_L2_PREFETCH must be 'W,T' or 'W,T,S' (MB >= 0, S 0 or 1) or 0, not '") + e + "'");
     }
-    pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0);
-    pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0);
+    // Whole 16 KB chunks: range starts (o_tail, gu_win) stay 16-byte aligned, as the bulk
+    // prefetch needs (W = 0.01 once faulted with a misaligned address).
+    pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0) & ~uint64_t(16383);
+    pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0) & ~uint64_t(16383);
     pf_side_ = side == 1 && pf_window_ > 0;
   }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
