@@ -8,8 +8,9 @@
 # or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
-# gemm:graphs[:pdl] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
-# DSINFER_CUDA_PDL=1, programmatic dependent launch on). "ncu": Nsight Compute kernel
+# gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
+# DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE is set for that run, e.g.
+# DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
 # the same model with a random DSpark drafter (scripts/make_random_dspark.py, drafter on the
@@ -22,7 +23,10 @@
 # at concurrency ENGINE_PROFILE_C (default 256) with DSINFER_CUDA_PROFILE=1 (eager, per-stage
 # GPU times per forward), $OUT/engine_profile.txt. "serve": dsinfer serve --device cuda on the
 # embedded target (with its DSpark drafter when the tree carries it: DRAFTERS=dspark for
-# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log.
+# device_tree.sh), one greedy completion over HTTP, $OUT/serve.log. "sampling": bench-engine
+# with sampled requests (temperature 0.8, top-p 0.9, plain decoding) on the same model with
+# DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
+# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -43,7 +47,7 @@ cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
 date -u | tee "$OUT/env.txt"
 
 # The random 4B model takes minutes of CPU: start it first, in the background.
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
@@ -57,19 +61,19 @@ if [[ " $STEPS " == *" tests "* ]]; then
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
   for v in ${BENCH_VARIANTS:-invariant:on cublas:on invariant:off}; do
-    IFS=: read -r g gr pdl <<< "$v"
+    IFS=: read -r g gr pdl extra <<< "$v"
     pdl=${pdl:-0}
-    name=bench_4b_${g}_graphs_${gr}_pdl${pdl}
-    DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
+    name=bench_4b_${g}_graphs_${gr}_pdl${pdl}${extra:+_$(echo "$extra" | tr -c 'A-Za-z0-9\n' _)}
+    env ${extra:-} DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
       --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 ${VERIFY_BLOCKS:+--verify-blocks $VERIFY_BLOCKS} \
       --json > "$OUT/$name.json" 2>> "$OUT/bench.err"
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
-      "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl" || tail -5 "$OUT/bench.err"
+      "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl${extra:+/$extra}" || tail -5 "$OUT/bench.err"
   done
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
@@ -117,6 +121,20 @@ for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ 
       --policies none --concurrency ${ENGINE_PROFILE_C:-256} ${ENGINE_ARGS:-} > "$OUT/engine_profile.txt" 2>&1
     echo "== engine profile (rc $?)"; grep -E "C=|forwards|us/forward" "$OUT/engine_profile.txt" | head -40
   fi
+fi
+if [[ " $STEPS " == *" sampling "* ]]; then
+  # Sampled plain decoding through the engine (temperature 0.8, top-p 0.9): verification and
+  # sampling on the GPU (ids back) against DSINFER_CUDA_SAMPLING=0 (logit rows to the host).
+  python3 -c "
+import json, random
+r = random.Random(1)
+for i in range(256): print(json.dumps({'prompt_ids': [r.randrange(151000) for _ in range(64)]}))" > /tmp/q4b_prompts.jsonl
+  for sm in 1 0; do
+    DSINFER_CUDA_SAMPLING=$sm timeout 200 "$DEV/dsinfer" bench-engine --model-path /tmp/q4b --device cuda --prompts /tmp/q4b_prompts.jsonl \
+      --prompt-tokens 64 --max-tokens ${SAMPLING_TOKENS:-64} --rounds-per-slot 1 --policies none --concurrency ${SAMPLING_CONCURRENCY:-1,8,64} \
+      --temperature 0.8 --top-p 0.9 ${ENGINE_ARGS:-} --json > "$OUT/sampling_$sm.json" 2> "$OUT/sampling_$sm.err"
+    echo "== sampled engine, DSINFER_CUDA_SAMPLING=$sm (rc $?)"; grep -E "C=" "$OUT/sampling_$sm.err" | tail -6
+  done
 fi
 if [[ " $STEPS " == *" serve "* ]]; then
   SPEC="--spec none"; [ -e "$R/models/embedded/dspark/model.safetensors" ] && SPEC="--draft-model-path $R/models/embedded/dspark"

@@ -75,6 +75,9 @@ struct BenchEngineArgs {
   // Speculation health and the benchmark-only synthetic acceptance.
   int dsw_min = 0, dsw_max = 0, self_heal_rounds = 5;
   double synthetic_acceptance = -1.0;
+  // Sampling of every request (default greedy); request i is seeded with i.
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
   // --dflash-enable-async-prefetch: every speculative policy prefetches (a policy name
   // ending in "+prefetch" does it for that entry only); drafter threads of the worker.
   bool async_prefetch = false;
@@ -311,6 +314,10 @@ int run_bench_engine(const BenchEngineArgs& a) {
         EngineRequest req;
         req.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
         req.stop.max_tokens = a.max_tokens;
+        req.sampling.temperature = a.temperature;
+        req.sampling.top_k = a.top_k;
+        req.sampling.top_p = a.top_p;
+        req.sampling.seed = static_cast<uint64_t>(i);
         req.on_event = [&tracks](const RequestEvent& ev) {
           Track& t = tracks[ev.id];
           const auto now = clock::now();
@@ -443,6 +450,10 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--dspark-self-heal-rounds", a->self_heal_rounds,
                   "Rounds without an accepted draft before a request falls back to plain decoding (0 = off)")
       ->check(CLI::Range(0, 1000));
+  sub->add_option("--temperature", a->temperature, "Sampling temperature of every request (0 = greedy, the default)")
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--top-k", a->top_k, "Top-k of every request (0 = off)")->check(CLI::Range(0, 1 << 30));
+  sub->add_option("--top-p", a->top_p, "Top-p of every request (1 = off)")->check(CLI::Range(0.0, 1.0));
   sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance,
                   "BENCHMARK ONLY: accept each draft with this probability instead of verifying it (output is not "
                   "the target's; for scheduling measurements on random-weight models)")

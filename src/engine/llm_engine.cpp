@@ -14,6 +14,7 @@
 #include "kernels/cpu/attention.h"
 #include "model/model.h"
 #include "model/block_kv_cache.h"
+#include "model/device_verify.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/prefix_scheduler.h"
@@ -1057,9 +1058,43 @@ bool LLMEngine::step() {
   bool ids_only = model_.on_device();
   for (size_t i = 0; ids_only && i < entry_seq.size(); ++i) ids_only = entry_seq[i]->req.sampling.greedy();
   std::vector<int32_t>& row_ids = step_ids_;
+  // A model that also samples on the device (the CUDA one, model/device_verify.h) verifies a
+  // step with sampled requests there: only (accepted, next token) per request come back,
+  // with each request's Rng advanced as verify_drafts would have. Synthetic acceptance draws
+  // its accept count first (the same Rng order as below), then samples from that row.
+  DeviceVerifier* dv = ids_only || !model_.on_device() ? nullptr : dynamic_cast<DeviceVerifier*>(&model_);
+  if (dv && !dv->verifies_on_device()) dv = nullptr;
+  std::vector<VerifyRequest> vreqs;
+  std::vector<int> entry_req(batch.entries.size(), -1), syn_accepted(batch.entries.size(), 0);
+  if (dv) {
+    for (size_t i = 0; i < batch.entries.size(); ++i) {
+      const ForwardEntry& e = batch.entries[i];
+      Sequence& s = *entry_seq[i];
+      if (e.logit_rows.empty()) continue;
+      VerifyRequest r;
+      r.entry = static_cast<int>(i);
+      r.params = s.req.sampling;
+      r.rng = &s.rng;
+      if (s.decoding) {
+        if (opts_.synthetic_acceptance_rate > 0.0) {
+          int a = 0;
+          while (a < static_cast<int>(s.prop.tokens.size()) && s.rng.uniform() < opts_.synthetic_acceptance_rate) ++a;
+          syn_accepted[i] = a;
+          r.first_row = a;
+        } else {
+          r.drafts = s.prop.tokens.data();
+          r.n_drafts = static_cast<int>(s.prop.tokens.size());
+          r.q = s.prop.q.empty() ? nullptr : s.prop.q.data();
+        }
+      }
+      entry_req[i] = static_cast<int>(vreqs.size());
+      vreqs.push_back(r);
+    }
+  }
   if (!batch.entries.empty()) {
     try {
       if (ids_only) model_.forward_argmax(*kv_, batch, out, row_ids);
+      else if (dv) dv->forward_verify(*kv_, batch, out, vreqs);
       else model_.forward(*kv_, batch, out);
     } catch (const Error& err) {
       for (Sequence* s : entry_seq) finish(*s, "error", err.what());
@@ -1077,8 +1112,9 @@ bool LLMEngine::step() {
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const ForwardEntry& e = batch.entries[i];
     Sequence& s = *entry_seq[i];
-    const float* logits = ids_only ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
+    const float* logits = ids_only || dv ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
     const int32_t* ids = ids_only ? row_ids.data() + logit_row : nullptr;  // argmax of each logit row
+    const VerifyRequest* vr = entry_req[i] >= 0 ? &vreqs[static_cast<size_t>(entry_req[i])] : nullptr;
     const float* hidden = feat_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
@@ -1087,7 +1123,10 @@ bool LLMEngine::step() {
     if (s.decoding) {
       const int start = kv_->length(s.slot) - n_tok;
       VerifyResult v;
-      if (opts_.synthetic_acceptance_rate > 0.0) {
+      if (vr) {  // verified on the device (above)
+        v.accepted = opts_.synthetic_acceptance_rate > 0.0 ? syn_accepted[i] : vr->accepted;
+        v.next_token = vr->next_token;
+      } else if (opts_.synthetic_acceptance_rate > 0.0) {
         // Benchmark mode: each draft survives with the synthetic rate; the bonus token is the
         // target's own choice after the accepted prefix.
         v.accepted = 0;
@@ -1187,7 +1226,9 @@ bool LLMEngine::step() {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += s.req.prompt.size();
         }
-        s.anchor = ids ? ids[0] : verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
+        s.anchor = ids  ? ids[0]
+                   : vr ? vr->next_token
+                        : verify_drafts(logits, V, {}, {}, s.req.sampling, s.rng).next_token;
         s.decoding = true;
         emit_tokens(s, {s.anchor});
       }

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +40,7 @@
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
 #include "model/block_kv_cache.h"
+#include "model/device_verify.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
@@ -336,6 +338,78 @@ TEST(CudaEngine, GreedyEngineOnGpuEqualsPlainGreedy) {
   o.sps = &sps;
   o.kv_num_blocks = 0;
   expect_engine_lossless(o, "dspark scheduler, roomy pool");
+}
+
+// Sampled requests through the engine on the GPU: the model samples and rejection-samples on
+// the device (model/device_verify.h, cuda_sampling.h; only ids come back) and gives exactly
+// the tokens of the same engine on a model that copies the logit rows back and verifies on
+// the host (DSINFER_CUDA_SAMPLING=0), request by request, for plain decoding and for
+// sampled speculation with the shipped DSpark drafter (its q rows go up); greedy requests in
+// the same steps keep their plain greedy ids.
+TEST(CudaEngine, SampledStepsVerifyOnTheGpuAsOnTheHost) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(kRoot + "/target/model.safetensors")) GTEST_SKIP() << "shipped target absent";
+  EngineFixture& f = engine_fixture();
+  auto* dv = dynamic_cast<DeviceVerifier*>(f.model.get());
+  ASSERT_TRUE(dv && dv->verifies_on_device());
+  setenv("DSINFER_CUDA_SAMPLING", "0", 1);
+  std::unique_ptr<Model> host = load_qwen3_cuda(kRoot + "/target");
+  unsetenv("DSINFER_CUDA_SAMPLING");
+  auto* hv = dynamic_cast<DeviceVerifier*>(host.get());
+  ASSERT_TRUE(hv && !hv->verifies_on_device());
+  auto run = [&](Model& m, Drafter* drafter, EngineStats* stats) {
+    EngineOptions o;
+    o.max_running = 8;
+    o.max_batch_tokens = 96;
+    o.max_model_len = 160;
+    o.kv_block_size = 16;
+    o.drafter = drafter;
+    o.calibration = drafter && f.cal ? &*f.cal : nullptr;
+    LLMEngine engine(m, o);
+    std::vector<std::vector<int32_t>> got(f.cases.size());
+    for (size_t i = 0; i < f.cases.size(); ++i) {
+      EngineRequest req;
+      req.prompt = f.cases[i].prompt;
+      req.stop.max_tokens = f.cases[i].max_tokens;
+      if (i % 4 != 3) {  // every fourth request stays greedy
+        req.sampling.temperature = i % 4 == 0 ? 0.7f : 1.0f;
+        req.sampling.top_k = i % 4 == 1 ? 50 : 0;
+        req.sampling.top_p = i % 4 == 2 ? 0.9f : 1.0f;
+        req.sampling.seed = 500 + i;
+      }
+      req.on_event = [&got, i](const RequestEvent& ev) {
+        got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end());
+        EXPECT_TRUE(ev.error.empty()) << ev.error;
+      };
+      engine.submit(std::move(req));
+    }
+    while (engine.step()) {
+    }
+    if (stats) *stats = engine.stats();
+    return got;
+  };
+  const auto on_gpu = run(*f.model, nullptr, nullptr);
+  const auto on_host = run(*host, nullptr, nullptr);
+  for (size_t i = 0; i < f.cases.size(); ++i) {
+    EXPECT_EQ(on_gpu[i], on_host[i]) << "plain, request " << i;
+    if (i % 4 == 3) {
+      EXPECT_EQ(on_gpu[i], f.cases[i].plain) << "greedy request " << i;
+    }
+  }
+  if (!f.dspark) GTEST_SKIP() << "shipped DSpark absent (plain sampling checked)";
+  auto host_dspark = load_drafter(kRoot + "/dspark", *host);
+  EngineStats st;
+  const auto spec_gpu = run(*f.model, f.dspark.get(), &st);
+  const auto spec_host = run(*host, host_dspark.get(), nullptr);
+  EXPECT_GT(st.accepted_draft_tokens, 0u);
+  for (size_t i = 0; i < f.cases.size(); ++i) {
+    EXPECT_EQ(spec_gpu[i], spec_host[i]) << "dspark, request " << i;
+    if (i % 4 == 3) {
+      EXPECT_EQ(spec_gpu[i], f.cases[i].plain) << "greedy request " << i << " beside sampled ones";
+    }
+  }
+  std::printf("[cuda sampling] engine: %llu drafts accepted with sampled speculation on the GPU\n",
+              static_cast<unsigned long long>(st.accepted_draft_tokens));
 }
 
 namespace {

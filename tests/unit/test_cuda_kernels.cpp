@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #ifdef DSINFER_HAS_CUDA
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -15,7 +17,10 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "core/dtype.h"
+#include "sampling/sampler.h"
+#include "spec/verify.h"
 
 using namespace dsinfer;
 using namespace dsinfer::cuda;
@@ -361,6 +366,149 @@ TEST(CudaKernels, ArgmaxTakesLowestIndexOnTies) {
   Dev<int32_t> ids(3);
   argmax_rows(dl.p, 3, V, ids.p, nullptr);
   EXPECT_EQ(ids.get(), (std::vector<int32_t>{4321, 17, V - 1}));
+}
+
+// Sampling and rejection sampling on the device (cuda_sampling.h) against the host rule
+// (spec/verify.h over sampling/sampler.h) with the same uniforms: every decision and every
+// drawn token equal, and the Rng left where the host leaves it. Temperature alone, top-k,
+// top-p, both, the extremes (top-k 1, a tiny top-p) and greedy; drafts with the drafter's q
+// rows and with point masses; logit rows with exact ties (the host orders them by lower id);
+// a small vocabulary and the 4B model's (151 936).
+TEST(CudaKernels, SamplingAndRejectionSamplingMatchTheHostRule) {
+  SKIP_WITHOUT_GPU();
+  std::vector<SamplingParams> cfgs(7);
+  cfgs[0].temperature = 0.8f;
+  cfgs[1].temperature = 1.0f, cfgs[1].top_k = 40;
+  cfgs[2].temperature = 0.7f, cfgs[2].top_p = 0.9f;
+  cfgs[3].temperature = 1.3f, cfgs[3].top_k = 300, cfgs[3].top_p = 0.75f;
+  cfgs[4].temperature = 1.0f, cfgs[4].top_k = 1;
+  cfgs[5].temperature = 1.0f, cfgs[5].top_p = 0.02f;
+  // cfgs[6]: greedy
+  int rejected = 0, all_accepted = 0, accepted_some = 0, items_total = 0;
+  for (int V : {1003, 151936}) {
+    const int trials = V > 10000 ? 4 : 24;
+    std::mt19937 gen(static_cast<unsigned>(V));
+    std::normal_distribution<float> nd(0.0f, 2.5f);
+    struct Item {
+      SamplingParams p;
+      std::vector<int32_t> drafts;
+      std::vector<float> q;
+      int row0 = 0;
+      uint64_t seed = 0;
+    };
+    std::vector<Item> items;
+    std::vector<float> logits;
+    int rows = 0;
+    Rng aux(static_cast<uint64_t>(V));
+    for (size_t c = 0; c < cfgs.size(); ++c)
+      for (int t = 0; t < trials; ++t) {
+        Item it;
+        it.p = cfgs[c];
+        const int n = t % 5;
+        it.row0 = rows;
+        it.seed = 1000 + items.size();
+        std::vector<float> pr, qr;
+        for (int i = 0; i <= n; ++i) {
+          std::vector<float> row(static_cast<size_t>(V));
+          for (float& x : row) x = nd(gen);
+          // Exact ties, the row's max among them: the host keeps the lower ids first.
+          const int top = static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+          for (int k = 0; k < 6; ++k) row[static_cast<size_t>(gen() % V)] = row[static_cast<size_t>(top)];
+          for (int k = 0; k < 20; ++k) row[static_cast<size_t>(gen() % V)] = row[static_cast<size_t>(gen() % V)];
+          logits.insert(logits.end(), row.begin(), row.end());
+          ++rows;
+          if (i == n) break;
+          // Draft i + 1: drawn from q (the drafter's distribution: a perturbed row) when the item
+          // carries q rows, else from p or at random (point masses).
+          int32_t d;
+          if (t % 2 == 1) {
+            std::vector<float> pert(row);
+            for (float& x : pert) x += 0.5f * nd(gen);
+            SamplingParams qp;
+            qp.temperature = 1.0f;
+            sampling_distribution(pert.data(), V, qp, qr);
+            d = sample_from(qr, aux);
+            it.q.insert(it.q.end(), qr.begin(), qr.end());
+          } else if (gen() % 10 < 7) {
+            sampling_distribution(row.data(), V, it.p.greedy() ? cfgs[0] : it.p, pr);
+            d = sample_from(pr, aux);
+          } else {
+            d = static_cast<int32_t>(gen() % V);
+          }
+          it.drafts.push_back(d);
+        }
+        items.push_back(std::move(it));
+      }
+    // Device inputs, as CudaQwen3Model::enqueue_verify builds them.
+    std::vector<int32_t> dist_rows, drafts{0};
+    std::vector<SampleParamsDev> params;
+    std::vector<VerifyItemDev> dev_items;
+    std::vector<double> uniforms;
+    std::vector<float> q;
+    for (const Item& it : items) {
+      VerifyItemDev d;
+      d.greedy = it.p.greedy();
+      d.n = static_cast<int>(it.drafts.size());
+      d.draft_off = static_cast<int>(drafts.size());
+      d.row0 = it.row0;
+      drafts.insert(drafts.end(), it.drafts.begin(), it.drafts.end());
+      if (!d.greedy) {
+        d.dist0 = static_cast<int>(dist_rows.size());
+        for (int i = 0; i <= d.n; ++i) {
+          dist_rows.push_back(it.row0 + i);
+          params.push_back({it.p.temperature, it.p.top_k, it.p.top_p});
+        }
+        if (!it.q.empty()) {
+          d.q_off = static_cast<int>(q.size() / V);
+          q.insert(q.end(), it.q.begin(), it.q.end());
+        }
+        d.u_off = static_cast<int>(uniforms.size());
+        Rng r(it.seed);
+        for (int i = 0; i <= d.n; ++i) uniforms.push_back(r.uniform());
+      }
+      dev_items.push_back(d);
+    }
+    if (q.empty()) q.push_back(0.0f);
+    if (dist_rows.empty()) dist_rows.push_back(0), params.push_back({});
+    Dev<float> dl(logits), dq(q);
+    Dev<unsigned long long> dk(static_cast<size_t>(rows));
+    DSINFER_CUDA_CHECK(cudaMemset(dk.p, 0, dk.n * sizeof(unsigned long long)));
+    argmax_keys_rows(dl.p, V, rows, V, dk.p, nullptr);
+    Dev<int32_t> drows(dist_rows), ddrafts(drafts), dres(2 * dev_items.size());
+    Dev<SampleParamsDev> dparams(params);
+    Dev<RowDist> ddist(dist_rows.size());
+    Dev<VerifyItemDev> ditems(dev_items);
+    Dev<double> du(uniforms.empty() ? std::vector<double>{0.0} : uniforms);
+    row_dist(dl.p, V, V, drows.p, dparams.p, static_cast<int>(dist_rows.size()), ddist.p, nullptr);
+    verify_items(dl.p, V, V, dk.p, ddist.p, ditems.p, static_cast<int>(dev_items.size()), ddrafts.p, dq.p, du.p, dres.p,
+                 nullptr);
+    const std::vector<int32_t> res = dres.get();
+    for (size_t k = 0; k < items.size(); ++k) {
+      const Item& it = items[k];
+      const int n = static_cast<int>(it.drafts.size());
+      Rng hr(it.seed);
+      const VerifyResult ref = verify_drafts(logits.data() + static_cast<size_t>(it.row0) * V, V, it.drafts, it.q, it.p, hr);
+      EXPECT_EQ(res[2 * k], ref.accepted) << "V " << V << " item " << k << " (config " << k / trials << ")";
+      EXPECT_EQ(res[2 * k + 1], ref.next_token) << "V " << V << " item " << k << " (config " << k / trials << ")";
+      // The model advances the request's Rng by the draws verify_drafts made.
+      Rng dr(it.seed);
+      if (!it.p.greedy()) {
+        const int used = res[2 * k] < n ? res[2 * k] + 2 : n + 1;
+        for (int i = 0; i < used; ++i) dr.uniform();
+      }
+      EXPECT_EQ(dr.next_u64(), hr.next_u64()) << "V " << V << " item " << k;
+      ++items_total;
+      if (n > 0 && !it.p.greedy()) {
+        rejected += ref.accepted < n;
+        all_accepted += ref.accepted == n;
+        accepted_some += ref.accepted > 0;
+      }
+    }
+  }
+  std::printf("[cuda sampling] %d items: %d with a rejection, %d fully accepted, %d with an accepted draft\n",
+              items_total, rejected, all_accepted, accepted_some);
+  EXPECT_GT(rejected, 10);
+  EXPECT_GT(all_accepted, 5);
 }
 
 #else

@@ -10,7 +10,12 @@
 //    request its single-request plain greedy output, for plain decoding and with the DSpark
 //    drafter (and with the lookup assist), whose shared LM head then runs through the
 //    model's lm_head();
-//  - a sampled request in the batch switches the step back to logit rows (no forward_argmax).
+//  - a sampled request in the batch switches the step back to logit rows (no forward_argmax),
+//    unless the model verifies on the device (model/device_verify.h, the CUDA model): then
+//    the engine hands it one VerifyRequest per entry and takes (accepted, next token) back;
+//    a host stand-in that runs verify_drafts there gives every request the tokens of the
+//    plain CPU engine (plain, DSpark with its q rows, synthetic acceptance), with greedy
+//    requests in the same steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,10 +27,12 @@
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
 #include "model/block_kv_cache.h"
+#include "model/device_verify.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
+#include "spec/verify.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace dsinfer;
@@ -70,6 +77,56 @@ class DeviceLikeModel final : public Model {
   static constexpr int64_t kDeviceBlocks = 77;
   mutable int paged_made = 0, head_calls = 0;
   int forwards = 0, argmax_forwards = 0;
+
+ private:
+  Model& inner_;
+};
+
+// A device model that also verifies "on the device" (DeviceVerifier): here on the host, by
+// verify_drafts over the rows its forward made, which is the rule the CUDA kernels follow.
+class VerifyingModel final : public Model, public DeviceVerifier {
+ public:
+  explicit VerifyingModel(Model& inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_.config(); }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
+    return inner_.make_kv_cache(max_slots, max_tokens);
+  }
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                    int max_tokens) const override {
+    return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
+  }
+  bool on_device() const override { return true; }
+  void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
+    ++forwards;
+    inner_.forward(kv, b, out);
+  }
+  void embed(const int32_t* ids, int n, float* out) const override { inner_.embed(ids, n, out); }
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
+    inner_.lm_head(hidden, n, logits, apply_norm);
+  }
+  const WeightView* host_embedding() const override { return inner_.host_embedding(); }
+  const WeightView* host_lm_head() const override { return inner_.host_lm_head(); }
+  bool verifies_on_device() const override { return true; }
+  void forward_verify(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<VerifyRequest>& reqs) override {
+    ++verify_forwards;
+    inner_.forward(kv, b, out);
+    const size_t V = static_cast<size_t>(out.vocab_size);
+    std::vector<size_t> base(b.entries.size() + 1, 0);
+    for (size_t e = 0; e < b.entries.size(); ++e) base[e + 1] = base[e] + b.entries[e].logit_rows.size();
+    for (VerifyRequest& r : reqs) {
+      const std::vector<int32_t> drafts(r.drafts, r.drafts + r.n_drafts);
+      const std::vector<float> q = r.q ? std::vector<float>(r.q, r.q + static_cast<size_t>(r.n_drafts) * V) : std::vector<float>{};
+      Rng none;
+      const VerifyResult v = verify_drafts(out.logits.data() + (base[static_cast<size_t>(r.entry)] + r.first_row) * V,
+                                           static_cast<int>(V), drafts, q, r.params, r.rng ? *r.rng : none);
+      r.accepted = v.accepted;
+      r.next_token = v.next_token;
+      requests += 1;
+      with_q += r.q != nullptr;
+    }
+    out.logits.clear();  // as the device model leaves it
+  }
+  int forwards = 0, verify_forwards = 0, requests = 0, with_q = 0;
 
  private:
   Model& inner_;
@@ -216,4 +273,68 @@ TEST(EngineDeviceModel, SampledRequestsBringLogitRowsBack) {
     EXPECT_LE(ids.size(), 24u) << "request " << i;
   }
   EXPECT_GT(m.forwards, 0);  // steps with a sampled request asked for logit rows
+}
+
+TEST(EngineDeviceModel, SampledStepsVerifyThroughTheDeviceVerifier) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  Fixture& f = fixture();
+  SamplingParams a, b, c;
+  a.temperature = 0.8f, a.seed = 3;
+  b.temperature = 1.0f, b.top_k = 40, b.seed = 4;
+  c.temperature = 0.7f, c.top_p = 0.9f, c.seed = 5;
+  const std::vector<SamplingParams> mix{a, SamplingParams{}, b, c};
+  std::unique_ptr<Drafter> dspark;
+  if (std::filesystem::exists(kRoot + "/dspark/model.safetensors")) dspark = load_drafter(kRoot + "/dspark", *f.model);
+  for (int variant = 0; variant < 3; ++variant) {
+    if (variant > 0 && !dspark) break;
+    EngineOptions o;
+    o.max_running = 4;
+    if (variant > 0) o.drafter = dspark.get();
+    if (variant == 2) o.synthetic_acceptance_rate = 0.6;
+    VerifyingModel m(*f.model);
+    LLMEngine on_dev(m, o);
+    const auto got = run_all(on_dev, mix);
+    LLMEngine on_host(*f.model, o);  // not a device model: logit rows and verify_drafts on the host
+    const auto want = run_all(on_host, mix);
+    EXPECT_EQ(got, want) << "variant " << variant;
+    EXPECT_EQ(m.forwards, 0) << "variant " << variant;  // every step went through forward_verify
+    EXPECT_GT(m.verify_forwards, 0) << "variant " << variant;
+    if (variant == 1) {
+      EXPECT_GT(m.with_q, 0);  // sampled drafts carried the drafter's q rows
+    }
+    if (variant == 2) continue;  // synthetic acceptance keeps drafts the target would not
+    for (size_t i = 1; i < f.prompts.size(); i += mix.size()) EXPECT_EQ(got.at(i), f.plain[i]) << "greedy request " << i;
+  }
+}
+
+// The single-request path (generate / SpecDecoder) on a DeviceVerifier: every prefill and
+// verify step goes through forward_verify, and the tokens are those of the CPU model, plain
+// and with the DSpark drafter, greedy and sampled.
+TEST(EngineDeviceModel, GenerateVerifiesThroughTheDeviceVerifier) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  Fixture& f = fixture();
+  SamplingParams a, b;
+  a.temperature = 0.8f, a.top_p = 0.9f, a.seed = 7;
+  b.temperature = 1.0f, b.top_k = 40, b.seed = 8;
+  std::unique_ptr<Drafter> dspark;
+  if (std::filesystem::exists(kRoot + "/dspark/model.safetensors")) dspark = load_drafter(kRoot + "/dspark", *f.model);
+  StopConditions stop;
+  stop.max_tokens = 24;
+  for (const Drafter* d : {static_cast<const Drafter*>(nullptr), static_cast<const Drafter*>(dspark.get())}) {
+    SpecOptions spec;
+    spec.drafter = d;
+    for (size_t i = 0; i < 3; ++i) {
+      const SamplingParams p = i == 0 ? SamplingParams{} : i == 1 ? a : b;
+      VerifyingModel m(*f.model);
+      const auto got = generate(m, nullptr, f.prompts[i], p, stop, {}, spec).ids;
+      const auto want = generate(*f.model, nullptr, f.prompts[i], p, stop, {}, spec).ids;
+      EXPECT_EQ(got, want) << (d ? "dspark" : "plain") << ", prompt " << i;
+      EXPECT_EQ(m.forwards, 0);
+      EXPECT_GT(m.verify_forwards, 0);
+      if (i == 0) {
+        EXPECT_EQ(got, f.plain[i]);
+      }
+    }
+    if (!dspark) break;
+  }
 }

@@ -31,11 +31,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 template <int kPairs, bool kVec, bool kPaged>
 __global__ void __launch_bounds__(kThreads)
     attention_kernel(const float* __restrict__ q, KVLayerView kv, const int32_t* __restrict__ slot,
-                     const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale, bf16* __restrict__ out) {
+                     const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale, bf16* __restrict__ out,
+                     L2Prefetch prefetch) {
   __shared__ float qs[kMaxD];
   __shared__ float wm[kWarps], wl[kWarps];
   __shared__ float wacc[kWarps][kMaxD];
   pdl_trigger();
+  l2_prefetch_part(prefetch, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
   pdl_wait();
   const int r = blockIdx.y, h = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -184,34 +186,34 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int kPairs, bool kPaged>
 void launch_layout(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot,
-                   const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out) {
+                   const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out, L2Prefetch pf) {
   if (D % 8 == 0)
     launch_pdl(attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
-               scale, out);
+               scale, out, pf);
   else
     launch_pdl(attention_kernel<kPairs, false, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
-               scale, out);
+               scale, out, pf);
 }
 
 template <int kPairs>
 void launch(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos,
-            int NH, int NKVH, int D, float scale, bf16* out) {
-  if (kv.table) launch_layout<kPairs, true>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
-  else launch_layout<kPairs, false>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+            int NH, int NKVH, int D, float scale, bf16* out, L2Prefetch pf) {
+  if (kv.table) launch_layout<kPairs, true>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
+  else launch_layout<kPairs, false>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
 }
 
 }  // namespace
 
 void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH, int NKVH,
-                    int D, float scale, bf16* out, cudaStream_t stream) {
+                    int D, float scale, bf16* out, cudaStream_t stream, L2Prefetch pf) {
   if (T <= 0) return;
   if (D > kMaxD || D % 2 != 0 || NKVH <= 0 || NH % NKVH != 0)
     throw Error("CUDA attention: head_dim " + std::to_string(D) + " / heads " + std::to_string(NH) + " / kv heads " +
                 std::to_string(NKVH) + " not supported (head_dim even and <= 256, heads a multiple of kv heads)");
   const dim3 grid(NH, T);
-  if (D <= 64) launch<1>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
-  else if (D <= 128) launch<2>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
-  else launch<4>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out);
+  if (D <= 64) launch<1>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
+  else if (D <= 128) launch<2>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
+  else launch<4>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
   DSINFER_CUDA_LAUNCHED("attention_kernel");
 }
 

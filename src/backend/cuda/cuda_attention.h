@@ -28,7 +28,8 @@ namespace dsinfer::cuda {
 constexpr int kAttnWarps = 8;
 
 // q f32 [T, NH * D]; out bf16 [T, NH * D]. Rows with slot < 0 get zeros. D <= 256, even.
+// prefetch: weights the blocks ask the L2 for at their start (cuda_kernels.h, L2Prefetch).
 void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH, int NKVH,
-                    int D, float scale, bf16* out, cudaStream_t stream);
+                    int D, float scale, bf16* out, cudaStream_t stream, L2Prefetch prefetch = {});
 
 }  // namespace dsinfer::cuda

@@ -73,7 +73,7 @@ template <int kMode, bool kVec, int kEpi>
 __global__ void __launch_bounds__(kThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
-                     int64_t ld_silu) {
+                     int64_t ld_silu, L2Prefetch next) {
   constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
@@ -298,6 +298,10 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  // This block's weights are all requested: its share of the next GEMM's first weights goes
+  // to the L2 now, while slower blocks still stream (the DRAM would idle in this tail and in
+  // the launch gap). One row group asks (at decode there is one).
+  if (blockIdx.y == 0) l2_prefetch_part(next, blockIdx.x, gridDim.x);
   // The next kernel may be scheduled once every block got here (its blocks then take the SM
   // room ours free and start their weight loads). Not earlier: blocks of kernels two or three
   // launches on would take room this grid (sized to one resident wave) still needs.
@@ -319,7 +323,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int kMode, bool kVec, int kEpi>
 void launch_one(int groups, int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y,
                 int64_t ldy, int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu,
-                cudaStream_t stream) {
+                L2Prefetch next, cudaStream_t stream) {
   auto kernel = gemm_rows_kernel<kMode, kVec, kEpi>;
   // Per instance (one device per process): the shared memory opted in so far, and the
   // resident blocks per SM for each dynamic shared-memory size seen.
@@ -349,12 +353,12 @@ void launch_one(int groups, int row_groups, size_t smem, const GemmInput& in, co
   const int per_block = (groups + cap - 1) / cap;
   const dim3 grid((groups + per_block - 1) / per_block, row_groups);
   launch_pdl(kernel, grid, dim3(kThreads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
-             ld_silu);
+             ld_silu, next);
 }
 
 template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, cudaStream_t stream) {
+            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
   const int groups = (N + kOutPerBlock - 1) / kOutPerBlock, row_groups = (M + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t smem = static_cast<size_t>(std::min(M, kRowsPerBlock)) * ((K + 7) & ~7) * sizeof(bf16);
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
@@ -371,30 +375,30 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  if (vec) launch_one<kMode, true, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
-  else launch_one<kMode, false, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+  if (vec) launch_one<kMode, true, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else launch_one<kMode, false, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
 }  // namespace
 
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys) {
+               cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   switch (in.kind) {
-    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
-    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
-    case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, stream); break;
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
+    case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
   }
 }
 
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   if (N % 2 != 0) throw Error("CUDA GEMM: the SwiGLU epilogue needs (gate, up) feature pairs (N even), got N = " + std::to_string(N));
   switch (in.kind) {
-    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, stream); break;
-    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, stream); break;
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, next, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiSilu>(in, W, N, K, nullptr, 0, M, false, nullptr, act, ld_act, next, stream); break;
     case GemmInput::SiluMul: throw Error("CUDA GEMM: the SwiGLU epilogue takes BF16 or RMSNorm rows");
   }
 }
@@ -415,10 +419,10 @@ Gemm::~Gemm() {
 }
 
 void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys) {
+               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   if (invariant_) {
-    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys);
+    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys, next);
     return;
   }
   // Materialise A as BF16 rows, then cuBLAS.
@@ -445,10 +449,10 @@ void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
 }
 
 void Gemm::run_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
-                    float* gu_scratch, bf16* scratch, cudaStream_t stream) {
+                    float* gu_scratch, bf16* scratch, cudaStream_t stream, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   if (invariant_) {
-    gemm_rows_silu(in, W, N, K, act, ld_act, M, stream);
+    gemm_rows_silu(in, W, N, K, act, ld_act, M, stream, next);
     return;
   }
   if (!gu_scratch) throw Error("CUDA GEMM: the cuBLAS SwiGLU path needs an F32 scratch of M x N");

@@ -29,6 +29,8 @@
 //  - cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F, default algorithm) after a separate kernel
 //    that writes A: fast for large M, but its algorithm (tiles, split-K) is chosen per
 //    shape, so a row's bits can change with M.
+// next (row kernel only): weights of the next GEMM that each block asks the L2 for once its
+// own weight loads are all issued (cuda_kernels.h, L2Prefetch; a hint, no result changes).
 // The handle's workspace is fixed at creation so that calls can be captured in CUDA graphs.
 #pragma once
 #include <cublas_v2.h>
@@ -67,13 +69,13 @@ class Gemm {
   // ldy: row stride of Y. accumulate: Y += A·Wᵀ instead of Y = A·Wᵀ. scratch: room for
   // M * K BF16 values, used by the cuBLAS path to materialise A (may be null for Bf16).
   void run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr);
+           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
   // The gate/up projection with SwiGLU as its epilogue: W's rows are (gate_0, up_0, gate_1,
   // up_1, ...) (N = 2I, interleaved at upload) and act[m, i] = bf16(silu(gate_i) * up_i)
   // (row stride ld_act), the same value the SiluMul input computes from [gate | up] rows.
   // gu_scratch: F32 room for M x N (the cuBLAS path writes the pairs there first).
   void run_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M, float* gu_scratch,
-                bf16* scratch, cudaStream_t stream);
+                bf16* scratch, cudaStream_t stream, L2Prefetch next = {});
 
  private:
   bool invariant_;
@@ -83,10 +85,10 @@ class Gemm {
 
 // The invariant row kernel alone (tests call it directly).
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys = nullptr);
+               cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
 // The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
-                    cudaStream_t stream);
+                    cudaStream_t stream, L2Prefetch next = {});
 inline int32_t argmax_from_key(unsigned long long key) { return static_cast<int32_t>(0xffffffffu - (key & 0xffffffffu)); }
 inline void gemm_rows(const bf16* X, int64_t ldx, const bf16* W, int N, int K, float* Y, int64_t ldy, int M,
                       bool accumulate, cudaStream_t stream) {

@@ -67,8 +67,9 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
                                           const float* __restrict__ q_norm, const float* __restrict__ k_norm, float eps,
                                           const float* __restrict__ cos_t, const float* __restrict__ sin_t,
                                           const int32_t* __restrict__ slot, const int32_t* __restrict__ pos,
-                                          float* __restrict__ q_out, KVLayerView kv) {
+                                          float* __restrict__ q_out, KVLayerView kv, L2Prefetch prefetch) {
   pdl_trigger();
+  l2_prefetch_part(prefetch, blockIdx.x * gridDim.y + blockIdx.y, gridDim.x * gridDim.y);
   pdl_wait();
   const int lane = threadIdx.x & 31;
   const int head = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -107,6 +108,11 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
       kd[i + half] = __float2bfloat16(b);
     }
   }
+}
+
+__global__ void l2_prefetch_kernel(L2Prefetch a, L2Prefetch b) {
+  l2_prefetch_part(a, blockIdx.x, gridDim.x);
+  l2_prefetch_part(b, blockIdx.x, gridDim.x);
 }
 
 __global__ void add_bias_kernel(float* __restrict__ y, int64_t ld, int rows, int n, const float* __restrict__ b) {
@@ -209,13 +215,19 @@ void rope_table(const float* inv_freq, int half, const int32_t* pos, int T, floa
 
 void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const float* q_norm, const float* k_norm,
                         float eps, const float* cos_t, const float* sin_t, const int32_t* slot, const int32_t* pos,
-                        float* q_out, KVLayerView kv, cudaStream_t stream) {
+                        float* q_out, KVLayerView kv, cudaStream_t stream, L2Prefetch prefetch) {
   if (T <= 0) return;
   const int heads_per_block = 4;
   dim3 grid(T, (NH + 2 * NKVH + heads_per_block - 1) / heads_per_block);
   launch_pdl(qk_norm_rope_store_kernel, grid, dim3(32 * heads_per_block), 0, stream, qkv, T, NH, NKVH, D, q_norm, k_norm,
-             eps, cos_t, sin_t, slot, pos, q_out, kv);
+             eps, cos_t, sin_t, slot, pos, q_out, kv, prefetch);
   DSINFER_CUDA_LAUNCHED("qk_norm_rope_store_kernel");
+}
+
+void l2_prefetch(L2Prefetch a, L2Prefetch b, int blocks, cudaStream_t stream) {
+  if (a.bytes < 16 && b.bytes < 16) return;
+  l2_prefetch_kernel<<<blocks, 128, 0, stream>>>(a, b);
+  DSINFER_CUDA_LAUNCHED("l2_prefetch_kernel");
 }
 
 void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaStream_t stream) {

@@ -46,7 +46,41 @@ struct KVLayerView {
   int block_size = 0;
 };
 
+// A byte range of constant data (weights) that a kernel asks the L2 to fetch while it runs
+// (bulk L2 prefetch, sm_90: cp.async.bulk.prefetch.L2): at batch-1 decode the latency-bound
+// kernels (q/k norm, attention) and every GEMV's ramp-up and tail leave the DRAM idle, so
+// the next GEMV's first weights are fetched then and it starts on L2 hits. A hint: nothing
+// waits for it, and it changes no result. bytes is rounded down to 16 (the instruction's
+// granule); p must be 16-byte aligned (weights are).
+struct L2Prefetch {
+  const void* p = nullptr;
+  unsigned long long bytes = 0;
+};
+
 #ifdef __CUDACC__
+// The part `part` of `parts` equal shares of pf, one 16 KB bulk prefetch per thread of the
+// calling block at a time. Fire and forget: the block may exit before the data arrives.
+__device__ __forceinline__ void l2_prefetch_part(const L2Prefetch& pf, int part, int parts) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (pf.bytes < 16 || parts <= 0) return;
+  constexpr unsigned long long kChunk = 16384;
+  const unsigned long long bytes = pf.bytes & ~15ull;
+  const unsigned long long chunks = (bytes + kChunk - 1) / kChunk;
+  const unsigned long long per = (chunks + parts - 1) / parts;
+  const unsigned long long c1 = min(chunks, (part + 1) * per);
+  for (unsigned long long c = part * per + threadIdx.x; c < c1; c += blockDim.x) {
+    const unsigned long long off = c * kChunk;
+    const unsigned size = static_cast<unsigned>(min(kChunk, bytes - off));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(static_cast<const char*>(pf.p) + off), "r"(size)
+                 : "memory");
+  }
+#else
+  (void)pf;
+  (void)part;
+  (void)parts;
+#endif
+}
+
 // Element offset (into k or v) of the head_dim-long row of (slot s, KV head kvh, position p).
 __device__ __forceinline__ int64_t kv_row_offset(const KVLayerView& kv, int s, int kvh, int p, int D) {
   if (kv.table) {
@@ -64,7 +98,12 @@ __device__ __forceinline__ int64_t kv_row_offset(const KVLayerView& kv, int s, i
 // padding) write q only.
 void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const float* q_norm, const float* k_norm,
                         float eps, const float* cos_t, const float* sin_t, const int32_t* slot, const int32_t* pos,
-                        float* q_out, KVLayerView kv, cudaStream_t stream);
+                        float* q_out, KVLayerView kv, cudaStream_t stream, L2Prefetch prefetch = {});
+
+// A kernel that only asks the L2 for a and then b (blocks x 128 threads): the side-stream
+// form of the decode step's weight prefetch (qwen3_cuda.cpp), run beside the q/k kernel and
+// attention instead of inside them.
+void l2_prefetch(L2Prefetch a, L2Prefetch b, int blocks, cudaStream_t stream);
 
 // y[r, i] += b[i] for r < rows, i < n (row stride ld).
 void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaStream_t stream);

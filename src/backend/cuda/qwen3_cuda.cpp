@@ -24,12 +24,14 @@
 // BF16. Batch invariance (opts.batch_invariant): every kernel, the GEMM included, computes
 // a row in an order fixed by the row alone (cuda_gemm.h, cuda_attention.h), and padding
 // rows are independent rows, so graph replay and eager runs give the same bits.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -41,9 +43,11 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
+#include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_target.h"
 #include "core/error.h"
 #include "model/config.h"
+#include "model/device_verify.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
 #include "model/weights.h"
@@ -96,7 +100,7 @@ int pow2_at_least(int n) {
 
 constexpr int kMaxGraphRows = 256;
 
-class CudaQwen3Model final : public Model, public CudaTarget {
+class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerifier {
  public:
   CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts);
   ~CudaQwen3Model() override;
@@ -115,6 +119,13 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
     run(kv, batch, out, &ids);
   }
+  // DeviceVerifier (model/device_verify.h): sampling and rejection sampling on the GPU
+  // (cuda_sampling.h); only (accepted, next token) per request crosses to the host.
+  bool verifies_on_device() const override { return device_sampling_; }
+  void forward_verify(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out,
+                      std::vector<VerifyRequest>& reqs) override {
+    run(kv, batch, out, nullptr, &reqs);
+  }
   void embed(const int32_t* ids, int n, float* out) const override;
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
@@ -125,7 +136,17 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
 
  private:
-  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
+  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
+           std::vector<VerifyRequest>* reqs = nullptr);
+  // forward_verify's part after the forward's LM head: uploads the requests, runs the
+  // sampling kernels on the stream; finish_verify reads the results after the sync.
+  void enqueue_verify(const ForwardBatch& batch, std::vector<VerifyRequest>& reqs);
+  void finish_verify(std::vector<VerifyRequest>& reqs);
+  bool device_sampling_ = true;  // DSINFER_CUDA_SAMPLING (default 1)
+  std::vector<char> vblob_;      // host image of the verify inputs (then the results)
+  void* vdev_ = nullptr;         // device copy of vblob_ (stream-ordered allocation per call)
+  float* vq_ = nullptr;          // device q rows of this call
+  size_t v_result_off_ = 0;
   // One caller at a time on the stream and the workspaces: forwards, and embed()/lm_head()
   // from a drafter (which may run on another thread, the engine's async prefetch).
   mutable std::mutex mu_;
@@ -147,6 +168,19 @@ class CudaQwen3Model final : public Model, public CudaTarget {
   void collect_marks(int rows);
   void print_profile() const;
   bool profile_ = false, capturing_ = false;
+  // L2 prefetch plan of a decode step (DSINFER_CUDA_L2_PREFETCH="W,T", MB): while the q/k
+  // kernel and attention run (latency-bound, the DRAM idles) the o projection's weights
+  // and the first W MB of gate/up are asked into the L2; each GEMV's tail asks for the first
+  // T MB of the next GEMV's weights (beyond what was already asked). Only calls of at most
+  // kPrefetchRows rows (decode, small verify blocks), where the GEMMs stream their weights.
+  // ",1" after W,T (pf_side_): the window prefetch is one kernel on a side stream (forked
+  // after the QKV GEMM, joined before the o GEMM) instead of extra work in the q/k kernel and
+  // attention, which measured slower with it (docs/PERFORMANCE.md).
+  uint64_t pf_window_ = 0, pf_tail_ = 0;
+  bool pf_side_ = false;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  static constexpr int kPrefetchRows = 16;
   std::vector<cudaEvent_t> events_;
   size_t next_event_ = 0;
   std::vector<std::pair<const char*, cudaEvent_t>> marks_;
@@ -200,9 +234,35 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  if (const char* e = std::getenv("DSINFER_CUDA_SAMPLING")) {
+    if (std::string(e) != "0" && std::string(e) != "1")
+      throw Error(std::string("DSINFER_CUDA_SAMPLING must be 0 or 1, not '") + e + "'");
+    device_sampling_ = std::string(e) == "1";
+  }
+  {
+    double w_mb = 0.0, t_mb = 4.0;  // defaults: docs/PERFORMANCE.md, CUDA batch-1 third pass
+    int side = 0;
+    if (const char* e = std::getenv("DSINFER_CUDA_L2_PREFETCH")) {
+      char tail = 0;
+      const int got = std::sscanf(e, "%lf,%lf,%d%c", &w_mb, &t_mb, &side, &tail);
+      if (std::string(e) == "0") w_mb = t_mb = 0.0, side = 0;
+      else if ((got != 2 && got != 3) || w_mb < 0 || t_mb < 0 || side < 0 || side > 1)
+        throw Error(std::string("DSINFER_CUDA_L2_PREFETCH must be 'W,T' or 'W,T,S' (MB >= 0, S 0 or 1) or 0, not '") + e + "'");
+    }
+    // Whole 16 KB chunks: range starts (o_tail, gu_win) stay 16-byte aligned, as the bulk
+    // prefetch needs (W = 0.01 once faulted with a misaligned address).
+    pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0) & ~uint64_t(16383);
+    pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0) & ~uint64_t(16383);
+    pf_side_ = side == 1 && pf_window_ > 0;
+  }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
   DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<Gemm>(opts.batch_invariant);
+  if (pf_side_) {
+    DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+    DSINFER_CUDA_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    DSINFER_CUDA_CHECK(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
+  }
 
   const RopeParams rope = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
   attention_factor_ = rope.attention_factor;
@@ -287,6 +347,9 @@ CudaQwen3Model::~CudaQwen3Model() {
   if (keys_host_) cudaFreeHost(keys_host_);
   if (cap_) cudaFree(cap_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (side_) cudaStreamDestroy(side_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
 }
 
 void CudaQwen3Model::drop_graphs() {
@@ -405,23 +468,50 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
   capture(-1);
   mark("embed+rope");
+  // L2 prefetch ranges (see pf_window_): [first, first + bytes) of a matrix, clamped to it.
+  const bool pf = T <= kPrefetchRows && (pf_window_ > 0 || pf_tail_ > 0);
+  auto range = [&](const bf16* w, uint64_t size, uint64_t first, uint64_t bytes) {
+    L2Prefetch r;
+    if (!pf || first >= size || bytes == 0) return r;
+    r.p = reinterpret_cast<const char*>(w) + first;
+    r.bytes = std::min(bytes, size - first);
+    return r;
+  };
+  const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
+  const uint64_t o_tail = std::min(pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& W = layers_[l];
     const KVLayerView kvl = kv.layer(l);
+    const bool last = l + 1 == cfg_.num_hidden_layers;
+    const L2Prefetch after_down = last ? range(head_, 2ull * V * H, 0, pf_tail_) : range(layers_[l + 1].qkv, b_qkv, 0, pf_tail_);
     // The input RMSNorm, SwiGLU and the residual adds are fused into the GEMMs (cuda_gemm.h).
-    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s);
+    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s, nullptr,
+               range(W.o, b_o, 0, o_tail));
     if (W.qkv_bias) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
     mark("gemm qkv (+rmsnorm)");
-    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s);
+    const L2Prefetch win_o = pf_window_ > 0 ? range(W.o, b_o, o_tail, b_o) : L2Prefetch{};
+    const L2Prefetch win_gu = range(W.gu, b_gu, 0, gu_win);
+    const bool side = pf_side_ && pf;
+    if (side) {  // fork: the side stream's prefetch runs beside the next two kernels
+      DSINFER_CUDA_CHECK(cudaEventRecord(fork_, s));
+      DSINFER_CUDA_CHECK(cudaStreamWaitEvent(side_, fork_, 0));
+      l2_prefetch(win_o, win_gu, 32, side_);
+      DSINFER_CUDA_CHECK(cudaEventRecord(join_, side_));
+    }
+    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s,
+                       side ? L2Prefetch{} : win_o);
     mark("qk norm + rope + kv store");
-    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s);
+    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
     mark("attention");
-    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s);
+    if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
+    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
+               range(W.gu, b_gu, gu_win, pf_tail_));
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
-    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s);
+    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s,
+                    range(W.down, b_down, 0, pf_tail_));
     mark("gemm gate|up (+rmsnorm, swiglu)");
-    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s);
+    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
     mark("gemm down (+= x)");
     capture(l);
   }
@@ -474,7 +564,8 @@ void CudaQwen3Model::print_profile() const {
   }
 }
 
-void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
+void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
+                         std::vector<VerifyRequest>* reqs) {
   std::lock_guard<std::mutex> lock(mu_);
   // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
   auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
@@ -512,12 +603,29 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   check(T < (1 << 30), "forward: too many rows in one batch");
 
+  // Verify requests: checked before the cache is touched too.
+  if (reqs) {
+    for (const VerifyRequest& q : *reqs) {
+      if (q.entry < 0 || q.entry >= static_cast<int>(batch.entries.size()))
+        throw Error("forward_verify: request for entry " + std::to_string(q.entry) + " outside the batch");
+      const int nl = static_cast<int>(batch.entries[q.entry].logit_rows.size());
+      if (q.n_drafts < 0 || q.first_row < 0 || q.first_row + q.n_drafts >= nl)
+        fail(q.entry, "verify rows " + std::to_string(q.first_row) + " .. " + std::to_string(q.first_row + q.n_drafts) +
+                          " outside its " + std::to_string(nl) + " logit rows");
+      for (int i = 0; i < q.n_drafts; ++i)
+        if (q.drafts[i] < 0 || q.drafts[i] >= V)
+          fail(q.entry, "draft " + std::to_string(i + 1) + " token id " + std::to_string(q.drafts[i]) +
+                            " outside the vocabulary [0, " + std::to_string(V) + ")");
+      validate_sampling_params(q.params);
+      if (!q.params.greedy() && !q.rng) fail(q.entry, "a sampled verify request needs its Rng");
+    }
+  }
   out.vocab_size = V;
   out.hidden_size = static_cast<int>(H);
   out.captured.resize(static_cast<size_t>(T * n_cap * H));
-  if (ids) {
+  if (ids || reqs) {
+    if (ids) ids->clear();
     out.logits.clear();
-    ids->clear();
   } else {
     out.logits.resize(static_cast<size_t>(n_logits * V));
   }
@@ -587,14 +695,15 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     else enqueue(*kv, rows, lrows, batch.capture_layers, true);
   } else {
-    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr);
+    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr || reqs != nullptr);
   }
+  if (reqs && n_logits > 0) enqueue_verify(batch, *reqs);
 
   // ---- results back: ids or logit rows, and captured layers -----------------------------
   if (ids && n_logits > 0) {
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(keys_host_, keys_, n_logits * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                        stream_));
-  } else if (!ids && n_logits > 0) {
+  } else if (!ids && !reqs && n_logits > 0) {
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
   }
@@ -603,12 +712,105 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
                                        stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_marks(static_cast<int>(T));
+  if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
     for (int64_t i = 0; i < n_logits; ++i) (*ids)[i] = argmax_from_key(keys_host_[i]);
   }
   for (const ForwardEntry& en : batch.entries)
     kv->set_length(en.slot, kv_base.length(en.slot) + static_cast<int>(en.tokens.size()));
+}
+
+void CudaQwen3Model::enqueue_verify(const ForwardBatch& batch, std::vector<VerifyRequest>& reqs) {
+  const int V = cfg_.vocab_size;
+  // First logit row of each entry (logits_ holds the rows in batch order).
+  std::vector<int> row_base(batch.entries.size() + 1, 0);
+  for (size_t e = 0; e < batch.entries.size(); ++e)
+    row_base[e + 1] = row_base[e] + static_cast<int>(batch.entries[e].logit_rows.size());
+  std::vector<int32_t> dist_rows, drafts;
+  std::vector<SampleParamsDev> params;
+  std::vector<VerifyItemDev> items;
+  std::vector<double> uniforms;
+  int q_rows = 0;
+  for (VerifyRequest& r : reqs) {
+    VerifyItemDev it;
+    it.greedy = r.params.greedy() ? 1 : 0;
+    it.n = r.n_drafts;
+    it.draft_off = static_cast<int>(drafts.size());
+    it.row0 = row_base[r.entry] + r.first_row;
+    drafts.insert(drafts.end(), r.drafts, r.drafts + r.n_drafts);
+    if (!it.greedy) {
+      it.dist0 = static_cast<int>(dist_rows.size());
+      for (int i = 0; i <= r.n_drafts; ++i) {
+        dist_rows.push_back(it.row0 + i);
+        params.push_back({r.params.temperature, r.params.top_k, r.params.top_p});
+      }
+      if (r.q && r.n_drafts > 0) {
+        it.q_off = q_rows;
+        q_rows += r.n_drafts;
+      }
+      // The uniforms verify_drafts would draw (at most n + 1), from a copy of the Rng;
+      // finish_verify advances the request's own Rng by the count used.
+      it.u_off = static_cast<int>(uniforms.size());
+      Rng copy = *r.rng;
+      for (int i = 0; i <= r.n_drafts; ++i) uniforms.push_back(copy.uniform());
+    }
+    items.push_back(it);
+  }
+  if (drafts.empty()) drafts.push_back(0);
+  // One host image, one device allocation, one copy up: [rows | params | items | drafts |
+  // uniforms | dist (device only) | results].
+  auto align = [](size_t x) { return (x + 15) & ~size_t(15); };
+  const size_t o_rows = 0, o_params = align(o_rows + dist_rows.size() * sizeof(int32_t));
+  const size_t o_items = align(o_params + params.size() * sizeof(SampleParamsDev));
+  const size_t o_drafts = align(o_items + items.size() * sizeof(VerifyItemDev));
+  const size_t o_u = align(o_drafts + drafts.size() * sizeof(int32_t));
+  const size_t o_dist = align(o_u + uniforms.size() * sizeof(double));
+  const size_t o_res = align(o_dist + dist_rows.size() * sizeof(RowDist));
+  const size_t total = align(o_res + items.size() * 2 * sizeof(int32_t));
+  vblob_.assign(total, 0);
+  std::memcpy(vblob_.data() + o_rows, dist_rows.data(), dist_rows.size() * sizeof(int32_t));
+  std::memcpy(vblob_.data() + o_params, params.data(), params.size() * sizeof(SampleParamsDev));
+  std::memcpy(vblob_.data() + o_items, items.data(), items.size() * sizeof(VerifyItemDev));
+  std::memcpy(vblob_.data() + o_drafts, drafts.data(), drafts.size() * sizeof(int32_t));
+  std::memcpy(vblob_.data() + o_u, uniforms.data(), uniforms.size() * sizeof(double));
+  DSINFER_CUDA_CHECK(cudaMallocAsync(&vdev_, total, stream_));
+  char* dv = static_cast<char*>(vdev_);
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(dv, vblob_.data(), o_dist, cudaMemcpyHostToDevice, stream_));
+  vq_ = nullptr;
+  if (q_rows > 0) {
+    DSINFER_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&vq_), sizeof(float) * q_rows * V, stream_));
+    for (size_t k = 0; k < reqs.size(); ++k)
+      if (items[k].q_off >= 0)
+        DSINFER_CUDA_CHECK(cudaMemcpyAsync(vq_ + static_cast<size_t>(items[k].q_off) * V, reqs[k].q,
+                                           sizeof(float) * reqs[k].n_drafts * V, cudaMemcpyHostToDevice, stream_));
+  }
+  auto* dist = reinterpret_cast<RowDist*>(dv + o_dist);
+  row_dist(logits_, V, V, reinterpret_cast<const int32_t*>(dv + o_rows), reinterpret_cast<const SampleParamsDev*>(dv + o_params),
+           static_cast<int>(dist_rows.size()), dist, stream_);
+  verify_items(logits_, V, V, keys_, dist, reinterpret_cast<const VerifyItemDev*>(dv + o_items), static_cast<int>(items.size()),
+               reinterpret_cast<const int32_t*>(dv + o_drafts), vq_, reinterpret_cast<const double*>(dv + o_u),
+               reinterpret_cast<int32_t*>(dv + o_res), stream_);
+  v_result_off_ = o_res;
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(vblob_.data() + o_res, dv + o_res, items.size() * 2 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+  DSINFER_CUDA_CHECK(cudaFreeAsync(vdev_, stream_));
+  if (vq_) DSINFER_CUDA_CHECK(cudaFreeAsync(vq_, stream_));
+  vdev_ = nullptr;
+  vq_ = nullptr;
+}
+
+void CudaQwen3Model::finish_verify(std::vector<VerifyRequest>& reqs) {
+  const int32_t* res = reinterpret_cast<const int32_t*>(vblob_.data() + v_result_off_);
+  for (size_t k = 0; k < reqs.size(); ++k) {
+    VerifyRequest& r = reqs[k];
+    r.accepted = res[2 * k];
+    r.next_token = res[2 * k + 1];
+    if (r.params.greedy()) continue;
+    // verify_drafts' draws: one per tested draft, plus one for the token drawn.
+    const int used = r.accepted < r.n_drafts ? r.accepted + 2 : r.n_drafts + 1;
+    for (int i = 0; i < used; ++i) r.rng->uniform();
+  }
 }
 
 void CudaQwen3Model::embed(const int32_t* ids, int n, float* out) const {
