@@ -23,6 +23,8 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "kernels/cpu/matmul.h"
+#include "spec/dflash_backbone.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
 
@@ -123,7 +125,82 @@ void check_drafter(const std::string& dir, bool sampled) {
   }
 }
 
+// The matmul precision for one test (a drafter picks its context K/V dtype when it loads).
+struct PrecisionScope {
+  MatmulPrecision old;
+  explicit PrecisionScope(MatmulPrecision p) : old(matmul_precision()) { set_matmul_precision(p); }
+  ~PrecisionScope() { set_matmul_precision(old); }
+};
+
+bool keeps_bf16_kv(const Drafter& d) {
+  const auto* b = dynamic_cast<const BlockDrafter*>(&d);
+  return b && b->backbone().kv_bf16();
+}
+
 TEST(SpecDrafterBatch, DSparkBatchEqualsSingleGreedy) { check_drafter("dspark", false); }
+// In bf16 matmul precision the drafter keeps its context K/V in BF16 (as serve and generate
+// run it): batched passes and commits still give each sequence its single-call bits.
+TEST(SpecDrafterBatch, DSparkBatchEqualsSingleWithBf16ContextKV) {
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
+  PrecisionScope bf16(MatmulPrecision::Bf16Dot);
+  {
+    auto target = load_model(kRoot + "/target");
+    ASSERT_TRUE(keeps_bf16_kv(*load_drafter(kRoot + "/dspark", *target)));
+  }
+  check_drafter("dspark", false);
+  check_drafter("dspark", true);
+}
+
+// A windowed context compacts its stored rows as positions arrive (apply_window moves them
+// down). Committed in many small chunks (many compactions) or in one (one compaction), a
+// drafter whose configured window is 16 drafts exactly as one that keeps every row (its
+// configured window is 512) and only looks at the last 16 (a per-sequence window): with
+// F32 and with BF16 K/V.
+TEST(SpecDrafterBatch, WindowCompactionKeepsTheVisibleRowsInBothKVTypes) {
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
+  for (MatmulPrecision prec : {MatmulPrecision::F32, MatmulPrecision::Bf16Dot}) {
+    PrecisionScope scope(prec);
+    SCOPED_TRACE(matmul_precision_name(prec));
+    auto target = load_model(kRoot + "/target");
+    DrafterOptions small;
+    small.window_size = 16;  // rows beyond the last 16 are dropped: the store compacts
+    DrafterOptions large;
+    large.window_size = 512;  // nothing is dropped for 211 positions
+    auto compacting = load_drafter(kRoot + "/dspark", *target, small);
+    auto keeping = load_drafter(kRoot + "/dspark", *target, large);
+    EXPECT_EQ(keeps_bf16_kv(*compacting), prec == MatmulPrecision::Bf16Dot);
+    const size_t feat = compacting->info().target_layer_ids.size() * static_cast<size_t>(target->config().hidden_size);
+    const int n = 211;
+    std::mt19937 gen(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<int32_t> toks(n);
+    std::vector<float> rows(static_cast<size_t>(n) * feat);
+    for (int32_t& t : toks) t = static_cast<int32_t>(gen() % 8000);
+    for (float& x : rows) x = nd(gen);
+    auto chunked = compacting->start();
+    auto whole = compacting->start();
+    auto reference = keeping->start();
+    keeping->set_window(*reference, 16);
+    int at = 0;
+    for (int c : {3, 2, 7, 1, 30, 5, 1, 1, 20, 10, 64, 17, 50}) {
+      compacting->commit_context(*chunked, toks.data() + at, rows.data() + static_cast<size_t>(at) * feat, c);
+      at += c;
+    }
+    ASSERT_EQ(at, n);
+    compacting->commit_context(*whole, toks.data(), rows.data(), n);
+    keeping->commit_context(*reference, toks.data(), rows.data(), n);
+    SamplingParams params;
+    Rng ra(1), rb(1), rr(1);
+    const DraftProposal pa = compacting->propose(*chunked, 42, 8, params, ra);
+    const DraftProposal pb = compacting->propose(*whole, 42, 8, params, rb);
+    const DraftProposal pr = keeping->propose(*reference, 42, 8, params, rr);
+    EXPECT_EQ(pa.tokens, pr.tokens);
+    EXPECT_EQ(pb.tokens, pr.tokens);
+    EXPECT_TRUE(same_floats(pa.confidence_logits, pr.confidence_logits));
+    EXPECT_TRUE(same_floats(pb.confidence_logits, pr.confidence_logits));
+  }
+}
+
 TEST(SpecDrafterBatch, DSparkBatchEqualsSingleSampled) { check_drafter("dspark", true); }
 TEST(SpecDrafterBatch, DFlashBatchEqualsSingleGreedy) { check_drafter("dflash", false); }
 TEST(SpecDrafterBatch, ZlabDFlashBatchEqualsSingleSampled) { check_drafter("dflash-zlab", true); }
