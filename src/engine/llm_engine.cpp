@@ -645,30 +645,46 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return est[static_cast<size_t>(a)] > est[static_cast<size_t>(b)]; });
-  double gain = 0, best = R / t_verify(R);
+  // A chosen request also commits its pending context rows before its block: a few after a
+  // drafting step, its whole prompt (or every step it was left out) otherwise. That backlog
+  // is paid once and buys drafting for the rest of the request, so a step is charged its
+  // share over the drafting rounds the request has left (remaining tokens / (1 + gain));
+  // charged whole to one step, a fresh request at concurrency 1 never started drafting.
+  auto commit_share = [&](size_t i) {
+    const Sequence* s = dec[i];
+    const double rounds = std::max(1.0, s->out->remaining() / (1.0 + std::max(0.0, est[i])));
+    return commit_ms(s->pending_tokens.size()) / rounds;
+  };
+  double gain = 0, commit = 0, best = R / t_verify(R);
   int len = 0, k = 0;
   for (; k < static_cast<int>(order.size()); ++k) {
     const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
     const double g = gain + est[i];
     const int l = len + est_len[i];
-    const double theta = (R + g) / (draft_ms(k + 1) + t_verify(R + l));
+    const double c = commit + commit_share(i);
+    const double theta = (R + g) / (draft_ms(k + 1) + c + t_verify(R + l));
     if (!(theta > best)) break;
     best = theta;
     gain = g;
+    commit = c;
     len = l;
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
-  // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it)
-  // plus a verify block.
-  const double t_step = t_verify(R);
-  const double t_probe = draft_ms(k + 1) - draft_ms(k) + std::max(0.0, t_verify(R + max_drafts_) - t_step);
-  const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
-  if (k < static_cast<int>(order.size()) && choice_clock_ >= last_probe_ + probe_gap) {
+  // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it),
+  // the whole commit of its pending rows (a probe that finds drafting does not pay has
+  // bought nothing with it) and a verify block.
+  if (k < static_cast<int>(order.size())) {
     size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
     for (size_t j = static_cast<size_t>(k); j < order.size(); ++j)
       if (dec[static_cast<size_t>(order[j])]->skipped > dec[pick]->skipped) pick = static_cast<size_t>(order[j]);
-    yes[pick] = true;
-    last_probe_ = choice_clock_;
+    const double t_step = t_verify(R);
+    const double t_probe = draft_ms(k + 1) - draft_ms(k) + commit_ms(dec[pick]->pending_tokens.size()) +
+                           std::max(0.0, t_verify(R + max_drafts_) - t_step);
+    const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
+    if (choice_clock_ >= last_probe_ + probe_gap) {
+      yes[pick] = true;
+      last_probe_ = choice_clock_;
+    }
   }
   return settle(std::move(yes));
 }

@@ -293,6 +293,9 @@ class LLMEngine {
     return opts_.draft_cost.empty() ? k * opts_.draft_ms_per_request : opts_.draft_cost.ms(k);
   }
   bool draft_cost_known() const { return !opts_.draft_cost.empty() || opts_.draft_ms_per_request > 0.0; }
+  // What committing `rows` pending context rows costs before a request's block (0 when the
+  // table has no commit time).
+  double commit_ms(size_t rows) const { return opts_.draft_cost.commit_ms(static_cast<int>(rows)); }
   void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
   // Positions [start, start + n) of a block table from the feature store into dst, [n][feat_].
   void gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const;

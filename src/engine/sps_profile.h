@@ -61,20 +61,28 @@ class DraftCostTable {
   bool empty() const { return points_.empty(); }
   double ms(int k) const;  // 0 for k <= 0
   const std::vector<std::pair<int, double>>& points() const { return points_; }
+  // Committing context rows to the drafter (context projection + K/V of every draft layer):
+  // a request that drafts after `rows` steps without drafting (or for the first time, with
+  // its whole prompt pending) pays rows x this before its block. 0 = not measured.
+  void set_commit_ms_per_row(double ms);
+  double commit_ms_per_row() const { return commit_ms_per_row_; }
+  double commit_ms(int rows) const { return rows > 0 ? rows * commit_ms_per_row_ : 0.0; }
 
  private:
   std::vector<std::pair<int, double>> points_;
+  double commit_ms_per_row_ = 0.0;
 };
 
 // Times propose_batch of full blocks over k sequences (each with `context` committed rows of
 // a deterministic dummy context) for every k in `batches` (increasing), fastest of
-// `repeats` after a warm-up, the points interleaved and made non-decreasing in k.
+// `repeats` after a warm-up, the points interleaved and made non-decreasing in k; and the
+// commit of `context` rows into a fresh sequence (commit_ms_per_row, fastest of `repeats`).
 DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const std::vector<int>& batches,
                                   int context = 512, int repeats = 3);
 // The k profiled for an engine of max_running requests: 1, 2, 4, ... up to
 // min(max_running, 64) (past that the per-request slope is extrapolated).
 std::vector<int> draft_cost_batches(int max_running);
-// "k=1 0.78 ms, k=4 1.30 ms, ..." for start-up logs.
+// "k=1 0.78 ms, k=4 1.30 ms, ...; commit 5.1 us/row" for start-up logs.
 std::string draft_cost_summary(const DraftCostTable& t);
 
 // The default cache file for a target/drafter pair: $DSINFER_CACHE_DIR, else

@@ -117,6 +117,17 @@ TEST(DraftCost, InterpolatesAndExtrapolatesWithTheLastSlope) {
   EXPECT_DOUBLE_EQ(DraftCostTable().ms(5), 0.0);
 }
 
+TEST(DraftCost, CommitCostIsPerRowAndValidated) {
+  DraftCostTable t({{1, 1.0}});
+  EXPECT_EQ(t.commit_ms(500), 0.0);  // not measured: free
+  t.set_commit_ms_per_row(0.004);
+  EXPECT_DOUBLE_EQ(t.commit_ms(250), 1.0);
+  EXPECT_EQ(t.commit_ms(0), 0.0);
+  EXPECT_EQ(t.commit_ms(-3), 0.0);
+  EXPECT_THROW(t.set_commit_ms_per_row(-1.0), Error);
+  EXPECT_THROW(t.set_commit_ms_per_row(std::nan("")), Error);
+}
+
 TEST(DraftCost, MalformedPointsAreErrors) {
   EXPECT_THROW(DraftCostTable({{0, 1.0}}), Error);
   EXPECT_THROW(DraftCostTable({{1, 0.0}}), Error);
@@ -143,6 +154,10 @@ TEST(DraftCost, ProfiledPassTimeNeverFallsWithK) {
     EXPECT_TRUE(std::isfinite(t.points()[i].second) && t.points()[i].second > 0);
     if (i) EXPECT_GE(t.points()[i].second, t.points()[i - 1].second);
   }
+  // The context commit is timed too: a positive time per row, in the start-up summary.
+  EXPECT_TRUE(std::isfinite(t.commit_ms_per_row()) && t.commit_ms_per_row() > 0);
+  EXPECT_DOUBLE_EQ(t.commit_ms(100), 100 * t.commit_ms_per_row());
+  EXPECT_NE(draft_cost_summary(t).find("context commit"), std::string::npos);
   EXPECT_THROW(profile_draft_cost(*target, *drafter, {2, 1}), Error);
   EXPECT_THROW(profile_draft_cost(*target, *drafter, {}), Error);
 }
