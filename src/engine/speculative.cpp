@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/device_verify.h"
 #include "model/model.h"
 #include "spec/calibration.h"
 #include "spec/prefix_scheduler.h"
@@ -114,8 +115,7 @@ int32_t SpecDecoder::prefill(const std::vector<int32_t>& prompt) {
   batch.entries[0].tokens = prompt;
   batch.entries[0].logit_rows = {static_cast<int>(prompt.size()) - 1};
   ForwardOutput out;
-  model_.forward(*kv_, batch, out);
-  anchor_ = verify_drafts(out.logits.data(), out.vocab_size, {}, {}, params_, rng_).next_token;
+  anchor_ = forward_verify(batch, out, {}, {}).next_token;
   if (seq_) {
     opts_.drafter->reserve(*seq_, capacity_);
     opts_.drafter->commit_context(*seq_, prompt.data(), feat_ ? out.captured.data() : nullptr,
@@ -123,6 +123,27 @@ int32_t SpecDecoder::prefill(const std::vector<int32_t>& prompt) {
   }
   if (lookup_) lookup_->commit(prompt.data(), static_cast<int>(prompt.size()), lookup_stats_);
   return anchor_;
+}
+
+VerifyResult SpecDecoder::forward_verify(const ForwardBatch& batch, ForwardOutput& out, const std::vector<int32_t>& drafts,
+                                         const std::vector<float>& q) {
+  auto* dv = dynamic_cast<DeviceVerifier*>(&model_);
+  if (dv && dv->verifies_on_device()) {
+    std::vector<VerifyRequest> reqs(1);
+    VerifyRequest& r = reqs[0];
+    r.params = params_;
+    r.drafts = drafts.data();
+    r.n_drafts = static_cast<int>(drafts.size());
+    r.q = q.empty() ? nullptr : q.data();
+    r.rng = &rng_;
+    dv->forward_verify(*kv_, batch, out, reqs);
+    VerifyResult v;
+    v.accepted = r.accepted;
+    v.next_token = r.next_token;
+    return v;
+  }
+  model_.forward(*kv_, batch, out);
+  return verify_drafts(out.logits.data(), out.vocab_size, drafts, q, params_, rng_);
 }
 
 void SpecDecoder::flush_commit() {
@@ -207,8 +228,7 @@ SpecRound& SpecDecoder::round(int max_new) {
   e.logit_rows.resize(static_cast<size_t>(n) + 1);
   for (int i = 0; i <= n; ++i) e.logit_rows[static_cast<size_t>(i)] = i;
   ForwardOutput& out = out_;
-  model_.forward(*kv_, batch, out);
-  VerifyResult v = verify_drafts(out.logits.data(), out.vocab_size, prop.tokens, prop.q, params_, rng_);
+  VerifyResult v = forward_verify(batch, out, prop.tokens, prop.q);
   // Roll back: keep the anchor and the accepted drafts; the next token is the next anchor.
   kv_->truncate(0, r.start + v.accepted + 1);
   r.verify_ms = ms_since(t1);

@@ -33,6 +33,7 @@
 #include "sampling/sampler.h"
 #include "spec/drafter.h"
 #include "spec/lookup_assist.h"
+#include "spec/verify.h"
 
 namespace dsinfer {
 
@@ -134,6 +135,11 @@ class SpecDecoder {
 
  private:
   void flush_commit();
+  // The verify forward over batch_-like `batch` (one entry, logit rows 0..drafts.size()) and
+  // verify_drafts on its rows; on a model that verifies on its device
+  // (model/device_verify.h: the CUDA one) both run there and only ids come back.
+  VerifyResult forward_verify(const ForwardBatch& batch, ForwardOutput& out, const std::vector<int32_t>& drafts,
+                              const std::vector<float>& q);
 
   Model& model_;
   SamplingParams params_;

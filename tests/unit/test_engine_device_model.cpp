@@ -306,3 +306,35 @@ TEST(EngineDeviceModel, SampledStepsVerifyThroughTheDeviceVerifier) {
     for (size_t i = 1; i < f.prompts.size(); i += mix.size()) EXPECT_EQ(got.at(i), f.plain[i]) << "greedy request " << i;
   }
 }
+
+// The single-request path (generate / SpecDecoder) on a DeviceVerifier: every prefill and
+// verify step goes through forward_verify, and the tokens are those of the CPU model, plain
+// and with the DSpark drafter, greedy and sampled.
+TEST(EngineDeviceModel, GenerateVerifiesThroughTheDeviceVerifier) {
+  if (!have_target()) GTEST_SKIP() << "shipped target absent";
+  Fixture& f = fixture();
+  SamplingParams a, b;
+  a.temperature = 0.8f, a.top_p = 0.9f, a.seed = 7;
+  b.temperature = 1.0f, b.top_k = 40, b.seed = 8;
+  std::unique_ptr<Drafter> dspark;
+  if (std::filesystem::exists(kRoot + "/dspark/model.safetensors")) dspark = load_drafter(kRoot + "/dspark", *f.model);
+  StopConditions stop;
+  stop.max_tokens = 24;
+  for (const Drafter* d : {static_cast<const Drafter*>(nullptr), static_cast<const Drafter*>(dspark.get())}) {
+    SpecOptions spec;
+    spec.drafter = d;
+    for (size_t i = 0; i < 3; ++i) {
+      const SamplingParams p = i == 0 ? SamplingParams{} : i == 1 ? a : b;
+      VerifyingModel m(*f.model);
+      const auto got = generate(m, nullptr, f.prompts[i], p, stop, {}, spec).ids;
+      const auto want = generate(*f.model, nullptr, f.prompts[i], p, stop, {}, spec).ids;
+      EXPECT_EQ(got, want) << (d ? "dspark" : "plain") << ", prompt " << i;
+      EXPECT_EQ(m.forwards, 0);
+      EXPECT_GT(m.verify_forwards, 0);
+      if (i == 0) {
+        EXPECT_EQ(got, f.plain[i]);
+      }
+    }
+    if (!dspark) break;
+  }
+}
