@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/block_kv_cache.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -274,6 +275,85 @@ TEST(CudaModel, EmbeddedTargetAgreesWithCpu) {
   int k = 0;
   while (k < n && g[k] == c[k]) ++k;
   std::cout << "[cuda embedded] greedy ids agreeing with the CPU before the first difference: " << k << "/" << n << "\n";
+}
+
+// The persistent decode kernel (cuda_persistent_decode.h) against the layered kernels: a
+// sequence decoded one token per forward (graphs on, so replays count too) over a dense and
+// a paged cache (scattered blocks of 3 positions), with the drafter's layer captures (the
+// embedding, layer 0, the last layer): every logit row, captured row and argmax id is
+// bit-identical, and the persistent path did run (its call counter). Every test model
+// without biases, and the embedded target (head_dim 64, 8 layers).
+TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
+  SKIP_WITHOUT_GPU();
+  std::vector<std::string> dirs = {kQwen3Dir + "/bf16_weights", kQwen3Dir + "/tied_gqa2",
+                                   kQwen3Dir + "/untied_gqa4_hd32", kQwen3Dir + "/yarn_gqa3"};
+  if (std::filesystem::exists(kEmbedded + "/config.json")) dirs.push_back(kEmbedded);
+  const std::vector<int32_t> seq = {5, 17, 99, 3, 42, 7, 250, 11, 64, 200, 12, 13, 14, 15, 16, 90, 91, 92, 1, 2};
+  const int prefix = 5;
+  for (const std::string& dir : dirs) {
+    SCOPED_TRACE(dir);
+    CudaModelOptions on, off;
+    off.persistent_decode = false;
+    auto mp = load_qwen3_cuda(dir, on);
+    auto ml = load_qwen3_cuda(dir, off);
+    const int L = mp->config().num_hidden_layers;
+    struct Run {
+      std::vector<float> logits, captured;
+      std::vector<int32_t> ids;
+    };
+    auto run = [&](Model& m, bool paged) {
+      std::unique_ptr<KVCache> kv;
+      if (paged) {
+        auto p = m.make_paged_kv_cache(3, 64, 1, 64);
+        std::vector<int32_t> table;
+        for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);  // scattered, descending
+        p->bind(0, table, 0);
+        kv = std::move(p);
+      } else {
+        kv = m.make_kv_cache(1, 64);
+      }
+      Run r;
+      ForwardOutput out;
+      ForwardBatch pre;
+      pre.entries.push_back({0, std::vector<int32_t>(seq.begin(), seq.begin() + prefix), {}});
+      m.forward(*kv, pre, out);
+      for (size_t i = prefix; i < seq.size(); ++i) {
+        ForwardBatch d;
+        d.entries.push_back({0, {seq[i]}, {0}});
+        d.capture_layers = {-1, 0, L - 1};
+        if (i % 2) {
+          m.forward(*kv, d, out);
+          r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
+        } else {
+          std::vector<int32_t> ids;
+          m.forward_argmax(*kv, d, out, ids);
+          r.ids.insert(r.ids.end(), ids.begin(), ids.end());
+        }
+        r.captured.insert(r.captured.end(), out.captured.begin(), out.captured.end());
+      }
+      // A decode step without logits or captures (a one-token prefill chunk), then one more.
+      ForwardBatch quiet;
+      quiet.entries.push_back({0, {33}, {}});
+      m.forward(*kv, quiet, out);
+      ForwardBatch last;
+      last.entries.push_back({0, {34}, {0}});
+      m.forward(*kv, last, out);
+      r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
+      return r;
+    };
+    for (bool paged : {false, true}) {
+      SCOPED_TRACE(paged ? "paged" : "dense");
+      const int64_t before = cuda_persistent_decode_calls(*mp);
+      const Run a = run(*mp, paged), b = run(*ml, paged);
+      EXPECT_EQ(cuda_persistent_decode_calls(*mp) - before, static_cast<int64_t>(seq.size() - prefix) + 2);
+      EXPECT_EQ(cuda_persistent_decode_calls(*ml), 0);
+      ASSERT_EQ(a.logits.size(), b.logits.size());
+      ASSERT_EQ(a.captured.size(), b.captured.size());
+      EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4)) << "logit rows";
+      EXPECT_EQ(0, std::memcmp(a.captured.data(), b.captured.data(), a.captured.size() * 4)) << "captured rows";
+      EXPECT_EQ(a.ids, b.ids);
+    }
+  }
 }
 
 TEST(CudaModel, BadInputGivesErrors) {

@@ -8,6 +8,7 @@
 // (cuda_kv_cache.h) and copies back only what the caller asked for: logit rows, argmax ids
 // (forward_argmax) or captured hidden states.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -23,6 +24,10 @@ struct CudaModelOptions {
   bool batch_invariant = true;
   // Replay captured CUDA graphs for forward calls of up to 256 rows (bucketed shapes).
   bool use_graphs = true;
+  // A forward of exactly one row (batch-1 decode) runs as one persistent kernel
+  // (cuda_persistent_decode.h) with the bits of the layered kernels; batch-invariant mode
+  // only. DSINFER_CUDA_PERSISTENT=0 turns it off too.
+  bool persistent_decode = true;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;
@@ -39,5 +44,8 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes = 2ull << 30, int reps = 20, int d
 // Loads a Qwen3 (Qwen3ForCausalLM) checkpoint onto the GPU. Throws Error naming the
 // file/field at fault, or the CUDA call that failed.
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
+// Forwards that ran as the persistent decode kernel so far (0 for a model that is not a
+// CUDA Qwen3 model): tests check that the path they compare actually ran.
+int64_t cuda_persistent_decode_calls(const Model& model);
 
 }  // namespace dsinfer

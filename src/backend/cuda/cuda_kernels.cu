@@ -4,6 +4,7 @@
 // sequential sum over warps.
 #include <cfloat>
 
+#include "backend/cuda/cuda_attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 
@@ -57,9 +58,7 @@ __global__ void rope_table_kernel(const float* __restrict__ inv_freq, int half, 
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * half) return;
   const int t = i / half, j = i % half;
-  const float ang = static_cast<float>(pos[t]) * inv_freq[j];
-  cos_t[i] = static_cast<float>(cos(static_cast<double>(ang))) * af;
-  sin_t[i] = static_cast<float>(sin(static_cast<double>(ang))) * af;
+  detail::rope_cos_sin(pos[t], inv_freq[j], af, cos_t + i, sin_t + i);
 }
 
 // One warp per (row, head); heads [0, NH) are q, [NH, NH + NKVH) k, then v.
@@ -86,28 +85,17 @@ __global__ void qk_norm_rope_store_kernel(const float* __restrict__ qkv, int T, 
     return;
   }
   const bool is_q = head < NH;
-  float ss = 0.0f;
-  for (int i = lane; i < D; i += 32) ss = fmaf(src[i], src[i], ss);
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-  const float* w = is_q ? q_norm : k_norm;
   const int half = D / 2;
   const float* c = cos_t + static_cast<int64_t>(r) * half;
   const float* sn = sin_t + static_cast<int64_t>(r) * half;
-  float* qd = q_out + static_cast<int64_t>(r) * NH * D + static_cast<int64_t>(head) * D;
+  float* qd = is_q ? q_out + static_cast<int64_t>(r) * NH * D + static_cast<int64_t>(head) * D : nullptr;
   bf16* kd = (!is_q && s >= 0) ? kv.k + kv_row_offset(kv, s, head - NH, p, D) : nullptr;
-  for (int i = lane; i < half; i += 32) {
-    const float x1 = w[i] * (src[i] * inv), x2 = w[i + half] * (src[i + half] * inv);
-    const float a = x1 * c[i] - x2 * sn[i];
-    const float b = x2 * c[i] + x1 * sn[i];
-    if (is_q) {
-      qd[i] = a;
-      qd[i + half] = b;
-    } else if (kd) {
-      kd[i] = __float2bfloat16(a);
-      kd[i + half] = __float2bfloat16(b);
-    }
-  }
+  detail::qk_norm_rope_head([&](int i) { return src[i]; }, is_q ? q_norm : k_norm, eps, D,
+                            [&](int i, float* cv, float* sv) {
+                              *cv = c[i];
+                              *sv = sn[i];
+                            },
+                            qd, kd, lane);
 }
 
 __global__ void l2_prefetch_kernel(L2Prefetch a, L2Prefetch b) {

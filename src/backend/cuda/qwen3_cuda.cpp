@@ -11,6 +11,11 @@
 // (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
 // and captured layer outputs only when asked.
 //
+// Persistent decode (cuda_persistent_decode.h): a call of exactly one row (batch-1 decode)
+// runs the whole forward as one kernel instead of the six launches per layer, with the same
+// bits (options.persistent_decode, DSINFER_CUDA_PERSISTENT=0 turns it off); its op list
+// (per cache and captured layers) is built once and lives next to the graphs.
+//
 // CUDA graphs: a call with at most 256 rows is padded to a power-of-two row count (padding
 // rows have slot -1: they touch no cache and no real row) and a power-of-two logit-row
 // count; the second call of a (cache, rows, logit rows, captured layers) shape captures the
@@ -43,6 +48,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
+#include "backend/cuda/cuda_persistent_decode.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_target.h"
 #include "core/error.h"
@@ -134,6 +140,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   const bf16* device_lm_head() const override { return head_; }
   int device_ordinal() const override { return opts_.device; }
   bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
+  int64_t persistent_calls() const { return persistent_calls_; }
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
@@ -160,6 +167,16 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   mutable float *head_in_ = nullptr, *head_out_ = nullptr;
   mutable bf16* head_bf_ = nullptr;
   void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
+  // The persistent kernel's op list for (cache, captured layers, with LM head): built on
+  // first use, freed with the graphs (it points into the workspace).
+  const std::pair<PersistentOp*, int>& persistent_ops(const DeviceKVStorage& kv, const std::vector<int>& capture_layers,
+                                                      bool head);
+  int64_t persistent_calls_ = 0;
+  bool persistent_ = false;  // options.persistent_decode, the shape supported, DSINFER_CUDA_PERSISTENT != 0
+  int persistent_max_k_ = 0;
+  unsigned* persistent_barrier_ = nullptr;
+  DeviceArena persistent_arena_;
+  std::map<std::tuple<uint64_t, std::vector<int>, bool>, std::pair<PersistentOp*, int>> persistent_tables_;
   void ensure_workspace(int rows, int logit_rows);
   void drop_graphs();
   // DSINFER_CUDA_PROFILE=1: forwards run eagerly with a CUDA event after each stage, and
@@ -337,6 +354,24 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   };
   host_embed_ = host_view("model.embed_tokens.weight");
   host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
+
+  // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
+  // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
+  persistent_ = opts.persistent_decode && opts.batch_invariant && !cfg.attention_bias;
+  if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT")) {
+    if (std::string(e) != "0" && std::string(e) != "1")
+      throw Error(std::string("DSINFER_CUDA_PERSISTENT must be 0 or 1, not '") + e + "'");
+    persistent_ = persistent_ && std::string(e) == "1";
+  }
+  persistent_max_k_ = static_cast<int>(std::max({H, NQ, I}));
+  if (persistent_) {
+    const char* why = nullptr;
+    persistent_ = H % 8 == 0 && NQ % 8 == 0 && I % 8 == 0 && V % 2 == 0 &&
+                  persistent_decode_supported(d_.head_dim, persistent_max_k_, d_.heads, &why);
+    if (!persistent_ && opts.persistent_decode && why && std::getenv("DSINFER_CUDA_PERSISTENT"))
+      std::fprintf(stderr, "dsinfer: persistent decode off: %s\n", why);
+  }
+  if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -356,6 +391,49 @@ void CudaQwen3Model::drop_graphs() {
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
   graphs_.clear();
   seen_.clear();
+  persistent_tables_.clear();
+  persistent_arena_.release();
+}
+
+const std::pair<PersistentOp*, int>& CudaQwen3Model::persistent_ops(const DeviceKVStorage& kv,
+                                                                    const std::vector<int>& capture_layers, bool head) {
+  const auto key = std::make_tuple(kv.uid(), capture_layers, head);
+  auto it = persistent_tables_.find(key);
+  if (it != persistent_tables_.end()) return it->second;
+  const int H = static_cast<int>(d_.hidden), I = static_cast<int>(d_.intermediate);
+  const int NQ = static_cast<int>(d_.q_width()), NKV = static_cast<int>(d_.kv_width());
+  auto capture_index = [&](int layer_id) {
+    for (size_t c = 0; c < capture_layers.size(); ++c)
+      if (capture_layers[c] == layer_id) return static_cast<int>(c);
+    return -1;
+  };
+  std::vector<PersistentOp> ops;
+  PersistentOp e;
+  e.kind = PersistentOp::Embed;
+  e.capture = capture_index(-1);
+  ops.push_back(e);
+  auto gemv = [&](const bf16* W, int N, int K, int input, const bf16* in, const float* norm_w, int output, float* y,
+                  bf16* act) {
+    PersistentOp g;
+    g.kind = PersistentOp::Gemv;
+    g.W = W, g.N = N, g.K = K, g.input = input, g.in_bf16 = in, g.norm_w = norm_w, g.output = output, g.y = y, g.act = act;
+    ops.push_back(g);
+  };
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerWeights& W = layers_[l];
+    gemv(W.qkv, NQ + 2 * NKV, H, PersistentOp::InRmsNorm, nullptr, W.in_norm, PersistentOp::OutSet, qkv_, nullptr);
+    PersistentOp a;
+    a.kind = PersistentOp::Attention;
+    a.q_norm = W.q_norm, a.k_norm = W.k_norm, a.kv = kv.layer(l);
+    ops.push_back(a);
+    gemv(W.o, H, NQ, PersistentOp::InBf16, attb_, nullptr, PersistentOp::OutAdd, x_, nullptr);
+    gemv(W.gu, 2 * I, H, PersistentOp::InRmsNorm, nullptr, W.post_norm, PersistentOp::OutSilu, nullptr, act_);
+    gemv(W.down, H, I, PersistentOp::InBf16, act_, nullptr, PersistentOp::OutAdd, x_, nullptr);
+    ops.back().capture = capture_index(l);
+  }
+  if (head) gemv(head_, cfg_.vocab_size, H, PersistentOp::InRmsNorm, nullptr, final_norm_, PersistentOp::OutHead, logits_, nullptr);
+  PersistentOp* dev = persistent_arena_.upload(ops.data(), ops.size());
+  return persistent_tables_.emplace(key, std::make_pair(dev, static_cast<int>(ops.size()))).first->second;
 }
 
 std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_tokens) const {
@@ -460,6 +538,19 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
                                              sizeof(float) * H, sizeof(float) * H, T, cudaMemcpyDeviceToDevice, s));
   };
 
+  if (persistent_ && T == 1 && n_logits <= 1 && !profile_) {
+    if (n_logits > 0 && with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long), s));
+    const auto& [ops, n_ops] = persistent_ops(kv, capture_layers, n_logits > 0);
+    PersistentParams p;
+    p.token = tok, p.pos = pos, p.slot = slot;
+    p.embed = embed_, p.inv_freq = inv_freq_, p.attention_factor = attention_factor_, p.eps = eps, p.scale = scale;
+    p.H = H, p.NH = NH, p.NKVH = NKVH, p.D = D;
+    p.x = x_, p.qkv = qkv_, p.attb = attb_;
+    p.keys = n_logits > 0 && with_argmax ? keys_ : nullptr;
+    p.cap = cap_, p.barrier = persistent_barrier_;
+    persistent_decode(ops, n_ops, persistent_max_k_, p, s);
+    return;
+  }
   mark("start");
   // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host);
   // zeroed first thing, so the kernels after it chain by programmatic dependent launch.
@@ -636,6 +727,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const int rows = graph ? pow2_at_least(static_cast<int>(T)) : static_cast<int>(T);
   const int lrows = graph ? (n_logits ? pow2_at_least(static_cast<int>(n_logits)) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
+  if (persistent_ && rows == 1 && lrows <= 1 && !profile_) ++persistent_calls_;  // enqueue's condition
   int32_t* tok = meta_host_;
   int32_t* pos = meta_host_ + cap_rows_;
   int32_t* slot = meta_host_ + 2 * cap_rows_;
@@ -853,6 +945,11 @@ void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool app
 
 }  // namespace
 }  // namespace cuda
+
+int64_t cuda_persistent_decode_calls(const Model& model) {
+  const auto* m = dynamic_cast<const cuda::CudaQwen3Model*>(&model);
+  return m ? m->persistent_calls() : 0;
+}
 
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
   ModelConfig cfg = load_model_config(model_dir);

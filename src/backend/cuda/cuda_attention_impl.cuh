@@ -1,0 +1,230 @@
+// dsinfer CUDA backend: the per-(row, head) device code of the q/k step and of attention,
+// shared by the layered kernels (cuda_kernels.cu, cuda_attention.cu) and the persistent
+// decode kernel (cuda_persistent_decode.cu). One copy of the arithmetic is what makes a
+// decode row of the persistent kernel bit-identical to the same row of a verify block run
+// by the layered kernels (greedy speculation == plain greedy). Device code only; include
+// from .cu files.
+//
+// rope_cos_sin: the RoPE table entry (rope_table's formula, cuda_kernels.h).
+// qk_norm_rope_head: one warp RMS-norms one head of D values over D (lane-strided sums, xor
+//   tree), rotates it (rotate-half) and writes it as F32 (q) and/or BF16 (k into the cache).
+// attend_row_head: kAttnWarps warps attend one (row, q head) over keys [0, n_keys) of the
+//   cache (algorithm: cuda_attention.h), the q row already staged in shared memory.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_attention.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace dsinfer::cuda::detail {
+
+constexpr int kAttnMaxD = 256;
+
+__device__ __forceinline__ float attn_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float attn_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// cos/sin of position pos at frequency inv_freq, times attention_factor af.
+__device__ __forceinline__ void rope_cos_sin(int pos, float inv_freq, float af, float* c, float* s) {
+  const float ang = static_cast<float>(pos) * inv_freq;
+  *c = static_cast<float>(cos(static_cast<double>(ang))) * af;
+  *s = static_cast<float>(sin(static_cast<double>(ang))) * af;
+}
+
+// One warp: src (D values, read through load(i)) RMS-normed with w and rotated; cs(i, &c, &s)
+// gives the rotation of dimension pair (i, i + D/2). q_dst (F32) and k_dst (BF16) may each be
+// null.
+template <class Load, class CosSin>
+__device__ __forceinline__ void qk_norm_rope_head(Load load, const float* __restrict__ w, float eps, int D, CosSin cs,
+                                                  float* q_dst, bf16* k_dst, int lane) {
+  float ss = 0.0f;
+  for (int i = lane; i < D; i += 32) {
+    const float v = load(i);
+    ss = fmaf(v, v, ss);
+  }
+  ss = attn_warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  const int half = D / 2;
+  for (int i = lane; i < half; i += 32) {
+    float c, sn;
+    cs(i, &c, &sn);
+    const float x1 = w[i] * (load(i) * inv), x2 = w[i + half] * (load(i + half) * inv);
+    const float a = x1 * c - x2 * sn;
+    const float b = x2 * c + x1 * sn;
+    if (q_dst) {
+      q_dst[i] = a;
+      q_dst[i + half] = b;
+    }
+    if (k_dst) {
+      k_dst[i] = __float2bfloat16(a);
+      k_dst[i + half] = __float2bfloat16(b);
+    }
+  }
+}
+
+// Shared memory of attend_row_head.
+struct AttnShared {
+  float qs[kAttnMaxD];
+  float wm[kAttnWarps], wl[kAttnWarps];
+  float wacc[kAttnWarps][kAttnMaxD];
+};
+
+// kAttnWarps warps (tid = 0 .. 32 * kAttnWarps - 1) attend one (row, q head): keys [0,
+// n_keys) of slot s, KV head kvh; sh.qs holds the q row once stage_q() has run and sync()
+// (a barrier over exactly these warps) has passed; the output row (D values, BF16) goes to o.
+// kPairs: dimension pairs per lane (D <= 64 * kPairs). kVec: D % 8 == 0 (16-byte K loads).
+// kPaged: keys through the block tables (KVLayerView::table): lane j looks up key t0 + j's
+// row, and the V rows of a tile take their offsets from the lanes by shuffle. Same
+// arithmetic in the same order as the dense layout, so the same bits.
+template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync>
+__device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, int n_keys, int kvh, int D, float scale,
+                                                bf16* __restrict__ o, AttnShared& sh, int tid, StageQ stage_q,
+                                                Sync sync) {
+  constexpr int kWarps = kAttnWarps;
+  constexpr int kThreads = 32 * kWarps;
+  const int lane = tid & 31, warp = tid >> 5;
+  // Warp w owns keys [k0, k1): the w-th of kWarps contiguous ranges of `chunk` keys, chunk a
+  // function of the row's length alone.
+  const int chunk = ((n_keys + kWarps - 1) / kWarps + 31) & ~31;
+  const int k0 = warp * chunk, k1 = min(n_keys, k0 + chunk);
+  // Dense: key j's row at base + j * D. Paged: at row_off, lane j's lookup of key t0 + j.
+  const int64_t base = kPaged ? 0 : s * kv.slot_stride + kvh * kv.head_stride;
+  const bf16* K = kv.k + base;
+  const bf16* V = kv.v + base;
+  int64_t row_off = 0;
+  // Offset of key t0 + u's row (from lane u in the paged layout; every lane calls it).
+  auto key_row = [&](int t0, int u) -> int64_t {
+    if constexpr (kPaged) return __shfl_sync(0xffffffffu, row_off, u);
+    else return static_cast<int64_t>(t0 + u) * D;
+  };
+
+  // One tile: lane j's K row (key t0 + j) and the lane's dimension pairs of the V rows of
+  // keys t0 .. t0 + 31, all loads issued together (one memory round trip per tile; the
+  // first tile's go out before q is staged). D = 256 keeps the V loads of the second half
+  // of the tile for its V loop (registers).
+  constexpr int kChunks = 8 * kPairs;
+  constexpr int kVKeys = kPairs <= 2 ? 32 : 16;
+  uint4 kr[kChunks];
+  uint32_t vr[kVKeys][kPairs];
+  auto load_tile = [&](int t0) {
+    const int j = t0 + lane;
+    if constexpr (kPaged) row_off = j < k1 ? kv_row_offset(kv, s, kvh, j, D) : 0;
+    if constexpr (kVec) {
+      if (j < k1) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(j) * D));
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          if (c < D / 8) kr[c] = k4[c];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kVKeys; ++u) {
+      const int64_t off = key_row(t0, u);
+#pragma unroll
+      for (int i = 0; i < kPairs; ++i)
+        if (t0 + u < k1 && 2 * (lane + 32 * i) < D) vr[u][i] = reinterpret_cast<const uint32_t*>(V + off)[lane + 32 * i];
+    }
+  };
+  if (k0 < k1) load_tile(k0);
+  stage_q();
+  sync();
+  const float* qs = sh.qs;
+
+  float m = -INFINITY, l = 0.0f;
+  float acc[2 * kPairs];
+#pragma unroll
+  for (int i = 0; i < 2 * kPairs; ++i) acc[i] = 0.0f;
+  for (int t0 = k0; t0 < k1; t0 += 32) {
+    if (t0 != k0) load_tile(t0);
+    // Scores: lane j takes key t0 + j, a sequential dot over D.
+    const int j = t0 + lane;
+    const bool valid = j < k1;
+    float dot = 0.0f;
+    if (valid) {
+      if constexpr (kVec) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c)
+          if (c < D / 8) {
+            const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kr[c]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const float2 f = __bfloat1622float2(p2[e]);
+              dot = fmaf(qs[c * 8 + 2 * e], f.x, dot);
+              dot = fmaf(qs[c * 8 + 2 * e + 1], f.y, dot);
+            }
+          }
+      } else {
+        const bf16* kj = K + (kPaged ? row_off : static_cast<int64_t>(j) * D);
+        for (int i = 0; i < D; ++i) dot = fmaf(qs[i], __bfloat162float(kj[i]), dot);
+      }
+    }
+    const float sc = valid ? dot * scale : -INFINITY;
+    // Online softmax over the tile (lane 0's key is always valid: the max is finite).
+    const float m_new = fmaxf(m, attn_warp_max(sc));
+    const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
+    const float p = valid ? expf(sc - m_new) : 0.0f;
+    l = l * corr + attn_warp_sum(p);
+#pragma unroll
+    for (int i = 0; i < 2 * kPairs; ++i) acc[i] *= corr;
+    // V: keys t0 .. t0 + 31 in order (lane l owns the dimension pairs l, l + 32, ...).
+    const int tn = min(32, k1 - t0);
+#pragma unroll
+    for (int u = 0; u < 32; ++u) {
+      const float pj = __shfl_sync(0xffffffffu, p, u);
+      const int64_t voff = u < kVKeys ? 0 : key_row(t0, u);  // rows past the registers' keys
+      if (u < tn)
+#pragma unroll
+        for (int i = 0; i < kPairs; ++i)
+          if (2 * (lane + 32 * i) < D) {
+            uint32_t raw;
+            if (u < kVKeys) raw = vr[u < kVKeys ? u : 0][i];
+            else raw = reinterpret_cast<const uint32_t*>(V + voff)[lane + 32 * i];
+            const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw));
+            acc[2 * i] = fmaf(pj, v.x, acc[2 * i]);
+            acc[2 * i + 1] = fmaf(pj, v.y, acc[2 * i + 1]);
+          }
+    }
+    m = m_new;
+  }
+  // The warps' (max, sum, V sum), combined in warp order (warps without keys add nothing).
+  if (lane == 0) {
+    sh.wm[warp] = m;
+    sh.wl[warp] = l;
+  }
+#pragma unroll
+  for (int i = 0; i < kPairs; ++i) {
+    const int pr = lane + 32 * i;
+    if (2 * pr < D) {
+      sh.wacc[warp][2 * pr] = acc[2 * i];
+      sh.wacc[warp][2 * pr + 1] = acc[2 * i + 1];
+    }
+  }
+  sync();
+  float mx = sh.wm[0];
+  for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, sh.wm[w]);
+  float f[kWarps];
+  float den = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = sh.wl[w] > 0.0f ? expf(sh.wm[w] - mx) : 0.0f;
+    den += sh.wl[w] * f[w];
+  }
+  const float inv = 1.0f / den;
+  for (int d = tid; d < D; d += kThreads) {
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) num += sh.wacc[w][d] * f[w];
+    o[d] = __float2bfloat16(num * inv);
+  }
+}
+
+}  // namespace dsinfer::cuda::detail
