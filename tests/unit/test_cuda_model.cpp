@@ -293,6 +293,7 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
   for (const std::string& dir : dirs) {
     SCOPED_TRACE(dir);
     CudaModelOptions on, off;
+    on.persistent_decode = true;
     off.persistent_decode = false;
     auto mp = load_qwen3_cuda(dir, on);
     auto ml = load_qwen3_cuda(dir, off);

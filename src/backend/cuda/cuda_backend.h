@@ -26,8 +26,9 @@ struct CudaModelOptions {
   bool use_graphs = true;
   // A forward of exactly one row (batch-1 decode) runs as one persistent kernel
   // (cuda_persistent_decode.h) with the bits of the layered kernels; batch-invariant mode
-  // only. DSINFER_CUDA_PERSISTENT=0 turns it off too.
-  bool persistent_decode = true;
+  // only. Off by default: on the H200 it measured slower than the layered kernels so far
+  // (docs/PERFORMANCE.md); DSINFER_CUDA_PERSISTENT=1 turns it on (=0 off) over this field.
+  bool persistent_decode = false;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;

@@ -8,8 +8,9 @@
 // contiguous byte range, cut into tiles of P pairs (as many as fit a ring slot), copied by
 // one cp.async.bulk each. Pair j of a block's share goes to consumer warp j mod 8. Ring
 // protocol per slot: `full` (count 1 + the tile's bytes) completes when the copy landed;
-// `empty` (count 8) completes when every warp is done with the tile (the warp of its first
-// pair arrives for those with no pair in it).
+// `empty` (count 8) completes when every consumer warp is done with the tile. Every warp
+// steps through every tile (waits, arrives) even without a pair in it, so no warp is ever
+// more than one phase of a slot ahead (mbarrier waits are by phase parity).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -201,7 +202,9 @@ __device__ void gemv(const PersistentOp& op, const PersistentParams& p, const Ri
     const int np = min(P, sh.j1 - j);
     const int first = (j - sh.j0) % kConsumers;  // the warp of pair j
     const int q0 = (warp - first + kConsumers) % kConsumers;
-    if (q0 >= np) continue;
+    // Every warp waits for every tile, with or without pairs in it: a parity wait only tells
+    // apart adjacent phases, so a warp that skipped a tile could otherwise pass on a phase
+    // two behind (and the producer could lap it).
     const int slot = static_cast<int>(t % r.slots);
     mbar_wait(&r.full[slot], (t / r.slots) & 1);
     const bf16* tile = reinterpret_cast<const bf16*>(r.ring + static_cast<size_t>(slot) * r.slot_bytes);
@@ -250,7 +253,7 @@ __device__ void gemv(const PersistentOp& op, const PersistentParams& p, const Ri
       }
     }
     __syncwarp();
-    if (lane == 0) mbar_arrive(&r.empty[slot], q0 == 0 ? kConsumers - min(np, kConsumers) + 1 : 1);
+    if (lane == 0) mbar_arrive(&r.empty[slot], 1);
   }
   if (op.output == PersistentOp::OutHead && p.keys && lane == 0 && best) atomicMax(p.keys, best);
 }
@@ -287,8 +290,9 @@ __device__ void attention(const PersistentOp& op, const PersistentParams& p, det
 }
 
 template <int kPairs>
-// 9 warps: ptxas would size registers for 12 (168); 224 still fits one block per SM.
-__global__ void __maxnreg__(224)
+// 9 warps: the SM's four register files take warps round-robin, one holds 3 warps, so 168
+// registers per thread at most (more compiles but never launches).
+__global__ void __launch_bounds__(kThreads, 1)
     persistent_decode_kernel(const PersistentOp* __restrict__ ops, int n_ops, PersistentParams p, int slot_bytes,
                              int slots, int max_k) {
   extern __shared__ __align__(128) unsigned char dyn[];

@@ -357,18 +357,19 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
 
   // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
   // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
-  persistent_ = opts.persistent_decode && opts.batch_invariant && !cfg.attention_bias;
+  bool want = opts.persistent_decode;
   if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT")) {
     if (std::string(e) != "0" && std::string(e) != "1")
       throw Error(std::string("DSINFER_CUDA_PERSISTENT must be 0 or 1, not '") + e + "'");
-    persistent_ = persistent_ && std::string(e) == "1";
+    want = std::string(e) == "1";
   }
+  persistent_ = want && opts.batch_invariant && !cfg.attention_bias;
   persistent_max_k_ = static_cast<int>(std::max({H, NQ, I}));
   if (persistent_) {
     const char* why = nullptr;
     persistent_ = H % 8 == 0 && NQ % 8 == 0 && I % 8 == 0 && V % 2 == 0 &&
                   persistent_decode_supported(d_.head_dim, persistent_max_k_, d_.heads, &why);
-    if (!persistent_ && opts.persistent_decode && why && std::getenv("DSINFER_CUDA_PERSISTENT"))
+    if (!persistent_ && why)
       std::fprintf(stderr, "dsinfer: persistent decode off: %s\n", why);
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
