@@ -15,6 +15,21 @@ void add_matmul_precision_option(CLI::App* sub, std::string* dest) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
 }
 
+void add_top_p_option(CLI::App* sub, float* dest, const std::string& help) {
+  sub->add_option("--top-p", *dest, help)
+      ->check(CLI::Validator(
+          [](std::string& in) {
+            float v = 0.0f;
+            try {
+              v = std::stof(in);
+            } catch (...) {
+              return std::string("must be a number in (0, 1]");
+            }
+            return v > 0.0f && v <= 1.0f ? std::string() : "must be in (0, 1], got " + in;
+          },
+          "(0, 1]"));
+}
+
 void apply_matmul_precision(const std::string& value) {
   if (value == "f32") {
     set_matmul_precision(MatmulPrecision::F32);

@@ -453,7 +453,7 @@ Runner register_bench_engine(CLI::App& app) {
   sub->add_option("--temperature", a->temperature, "Sampling temperature of every request (0 = greedy, the default)")
       ->check(CLI::Range(0.0, 100.0));
   sub->add_option("--top-k", a->top_k, "Top-k of every request (0 = off)")->check(CLI::Range(0, 1 << 30));
-  sub->add_option("--top-p", a->top_p, "Top-p of every request (1 = off)")->check(CLI::Range(0.0, 1.0));
+  add_top_p_option(sub, &a->top_p, "Top-p of every request (1 = off)");
   sub->add_option("--synthetic-acceptance-rate", a->synthetic_acceptance,
                   "BENCHMARK ONLY: accept each draft with this probability instead of verifying it (output is not "
                   "the target's; for scheduling measurements on random-weight models)")

@@ -345,7 +345,7 @@ Runner register_generate(CLI::App& app) {
   sub->add_flag("--no-think", a->no_think, "With --chat on Qwen3: disable thinking (empty <think> block)");
   sub->add_option("--max-tokens", a->max_tokens, "Maximum generated tokens")->check(CLI::Range(1, 1 << 20));
   sub->add_option("--temperature", a->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
-  sub->add_option("--top-p", a->top_p, "Nucleus sampling mass, (0, 1]")->check(CLI::Range(0.0, 1.0));
+  add_top_p_option(sub, &a->top_p, "Nucleus sampling mass, (0, 1]");
   sub->add_option("--top-k", a->top_k, "Keep the k most likely tokens, 0 = off")->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", a->seed, "Sampling seed");
   sub->add_option("--stop", a->stop, "Stop string (repeatable); not included in the output");

@@ -37,6 +37,9 @@ namespace dsinfer::cli {
 // (exact emulation elsewhere), ~2.3x faster verify/prefill matmuls; f32 reproduces the
 // transformers goldens to 1e-4. Same bits on every CPU for a given precision.
 void add_matmul_precision_option(CLI::App* sub, std::string* dest);
+// --top-p with its range (0, 1] (CLI11's Range admits 0, which the sampler refuses with a
+// message naming the request field; this names the flag).
+void add_top_p_option(CLI::App* sub, float* dest, const std::string& help);
 void apply_matmul_precision(const std::string& value);
 
 }  // namespace dsinfer::cli

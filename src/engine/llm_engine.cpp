@@ -80,6 +80,10 @@ struct LLMEngine::Sequence {
 };
 
 LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {
+  if (model_.on_device()) {
+    device_verifier_ = dynamic_cast<DeviceVerifier*>(&model_);
+    if (device_verifier_ && !device_verifier_->verifies_on_device()) device_verifier_ = nullptr;
+  }
   if (opts_.max_running < 1) throw Error("engine: max_running must be >= 1");
   if (opts_.max_model_len < 2) throw Error("engine: max_model_len must be >= 2");
   if (opts_.max_batch_tokens < 1) throw Error("engine: max_batch_tokens must be >= 1");
@@ -1078,8 +1082,7 @@ bool LLMEngine::step() {
   // step with sampled requests there: only (accepted, next token) per request come back,
   // with each request's Rng advanced as verify_drafts would have. Synthetic acceptance draws
   // its accept count first (the same Rng order as below), then samples from that row.
-  DeviceVerifier* dv = ids_only || !model_.on_device() ? nullptr : dynamic_cast<DeviceVerifier*>(&model_);
-  if (dv && !dv->verifies_on_device()) dv = nullptr;
+  DeviceVerifier* dv = ids_only ? nullptr : device_verifier_;
   std::vector<VerifyRequest> vreqs;
   std::vector<int> entry_req(batch.entries.size(), -1), syn_accepted(batch.entries.size(), 0);
   if (dv) {

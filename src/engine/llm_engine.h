@@ -49,6 +49,8 @@
 
 namespace dsinfer {
 
+class DeviceVerifier;  // model/device_verify.h
+
 class Model;
 class KVCache;
 class BlockKVCache;
@@ -337,6 +339,9 @@ class LLMEngine {
   std::vector<float> draft_hidden_;
   ForwardBatch step_batch_;  // step()'s forward, reused
   std::vector<int32_t> step_ids_;  // step()'s argmax ids when the model reduces on the device
+  // The model's DeviceVerifier (model/device_verify.h) when it samples on its device: looked
+  // up once here, not per step.
+  DeviceVerifier* device_verifier_ = nullptr;
   ForwardOutput step_out_;
   int max_seq_tokens_ = 0;             // positions one request may hold (+ a verify block)
   bool defrag_due_ = false;            // something ran since the last idle compaction
