@@ -13,6 +13,7 @@
 // more than one phase of a slot ahead (mbarrier waits are by phase parity).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_attention_impl.cuh"
@@ -67,9 +68,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // Every consumer of every block gets here before any goes on; writes before are visible
 // after (release / acquire at the GPU scope). Activations written inside the kernel are then
 // read with ld.cg (L2), never through a possibly stale L1 line.
-__device__ void grid_barrier(unsigned* ctr, unsigned target) {
+__device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long* arrived) {
   consumers_sync();
   if (threadIdx.x == 0) {
+    if (arrived) *arrived = global_ns();  // profiling: when this block's consumers got here
     __threadfence();
     atomicAdd(ctr, 1u);
     const unsigned long long t0 = global_ns();
@@ -120,6 +122,7 @@ __device__ __forceinline__ int pairs_per_tile(int K, int slot_bytes) { return ma
 struct RingState {
   unsigned char* ring;
   int slot_bytes, slots;
+  int chunk_bytes;  // a tile goes out as copies of at most this many bytes (experiments)
   uint64_t* full;
   uint64_t* empty;
 };
@@ -141,8 +144,10 @@ __device__ void produce(const PersistentOp* __restrict__ ops, int n_ops, const R
       const int slot = static_cast<int>(t % r.slots);
       if (t >= static_cast<unsigned>(r.slots)) mbar_wait(&r.empty[slot], ((t / r.slots) - 1) & 1);
       mbar_expect_tx(&r.full[slot], bytes);
-      bulk_copy(r.ring + static_cast<size_t>(slot) * r.slot_bytes, W + static_cast<int64_t>(2) * j * K, bytes,
-                &r.full[slot]);
+      const char* src = reinterpret_cast<const char*>(W + static_cast<int64_t>(2) * j * K);
+      unsigned char* dst = r.ring + static_cast<size_t>(slot) * r.slot_bytes;
+      for (unsigned off = 0; off < bytes; off += static_cast<unsigned>(r.chunk_bytes))
+        bulk_copy(dst + off, src + off, min(bytes - off, static_cast<unsigned>(r.chunk_bytes)), &r.full[slot]);
     }
   }
 }
@@ -294,14 +299,13 @@ template <int kPairs>
 // registers per thread at most (more compiles but never launches).
 __global__ void __launch_bounds__(kThreads, 1)
     persistent_decode_kernel(const PersistentOp* __restrict__ ops, int n_ops, PersistentParams p, int slot_bytes,
-                             int slots, int max_k) {
+                             int slots, int chunk_bytes) {
   extern __shared__ __align__(128) unsigned char dyn[];
   __shared__ __align__(8) uint64_t full[kMaxSlots], empty[kMaxSlots];
   __shared__ float red[kNormThreads / 32];
   __shared__ detail::AttnShared attn_sh;
-  RingState r{dyn, slot_bytes, slots, full, empty};
+  RingState r{dyn, slot_bytes, slots, chunk_bytes, full, empty};
   bf16* As = reinterpret_cast<bf16*>(dyn + static_cast<size_t>(slots) * slot_bytes);
-  (void)max_k;
   if (threadIdx.x == 0) {
     for (int s = 0; s < slots; ++s) {
       mbar_init(&full[s], 1);
@@ -318,6 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   unsigned t = 0, target = 0;
   int rot = 0;
   const int tid = threadIdx.x;
+  unsigned long long* tm = p.timing;
+  if (tm && tid == 0 && blockIdx.x == 0) tm[0] = global_ns();
   for (int i = 0; i < n_ops; ++i) {
     const PersistentOp op = ops[i];
     if (op.kind == PersistentOp::Embed) {
@@ -329,10 +335,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       gemv(op, p, r, As, red, t, rot);
     }
+    unsigned long long* arrived = tm ? tm + 1 + n_ops + static_cast<int64_t>(i) * gridDim.x + blockIdx.x : nullptr;
     if (i + 1 < n_ops) {
       target += gridDim.x;
-      grid_barrier(p.barrier, target);
+      grid_barrier(p.barrier, target, arrived);
+    } else if (arrived) {
+      consumers_sync();
+      if (tid == 0) *arrived = global_ns();
     }
+    if (tm && tid == 0 && blockIdx.x == 0) tm[1 + i] = global_ns();
     if (op.capture >= 0) {  // x after this op; nobody writes x before the next barrier
       float* dst = p.cap + static_cast<int64_t>(op.capture) * p.H;
       for (int c = blockIdx.x * kConsumerThreads + tid; c < p.H; c += gridDim.x * kConsumerThreads)
@@ -346,6 +357,25 @@ struct Plan {
 };
 
 // The ring for the largest K (cached per kernel instance: launches are captured in graphs).
+// DSINFER_CUDA_PERSISTENT_CHUNK_KB: the largest single bulk copy (default: a whole tile).
+int chunk_bytes() {
+  static int v = -1;
+  if (v < 0) {
+    v = 1 << 30;
+    if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_CHUNK_KB")) v = std::max(1, std::atoi(e)) * 1024;
+  }
+  return v;
+}
+
+int min_slot_bytes() {
+  static int v = -1;
+  if (v < 0) {
+    v = kMinSlotBytes;
+    if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_SLOT_KB")) v = std::max(1, std::atoi(e)) * 1024;
+  }
+  return v;
+}
+
 template <int kPairs>
 Plan plan_for(int max_k, const char** why) {
   static int cached_k = -1;
@@ -367,7 +397,7 @@ Plan plan_for(int max_k, const char** why) {
   Plan pl;
   const int a_bytes = ((max_k * 2 + 127) / 128) * 128;
   const int budget = optin - static_cast<int>(fa.sharedSizeBytes) - a_bytes;
-  pl.slot_bytes = ((std::max(kMinSlotBytes, 4 * max_k) + 127) / 128) * 128;
+  pl.slot_bytes = ((std::max(min_slot_bytes(), 4 * max_k) + 127) / 128) * 128;
   pl.slots = std::min(kMaxSlots, budget / pl.slot_bytes);
   if (pl.slots < 2) {
     cached_why = "the largest GEMV row pair does not fit two ring slots of shared memory";
@@ -400,7 +430,7 @@ void launch(const PersistentOp* ops, int n_ops, int max_k, const PersistentParam
     if (per_sm < 1) throw Error("persistent decode: the kernel cannot be resident on an SM");
   }
   DSINFER_CUDA_CHECK(cudaMemsetAsync(p.barrier, 0, sizeof(unsigned), stream));
-  kernel<<<sms, kThreads, pl.dyn, stream>>>(ops, n_ops, p, pl.slot_bytes, pl.slots, max_k);
+  kernel<<<sms, kThreads, pl.dyn, stream>>>(ops, n_ops, p, pl.slot_bytes, pl.slots, chunk_bytes());
   DSINFER_CUDA_LAUNCHED("persistent_decode_kernel");
 }
 
@@ -425,6 +455,13 @@ bool persistent_decode_supported(int D, int max_k, int NH, const char** why) {
   }
   const Plan pl = D <= 64 ? plan_for<1>(max_k, why) : D <= 128 ? plan_for<2>(max_k, why) : plan_for<4>(max_k, why);
   return pl.slots > 0;
+}
+
+int persistent_decode_grid() {
+  int dev = 0, sms = 0;
+  DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+  DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
 }
 
 void persistent_decode(const PersistentOp* ops, int n_ops, int max_k, const PersistentParams& p, cudaStream_t stream) {

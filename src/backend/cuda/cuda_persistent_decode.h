@@ -75,12 +75,19 @@ struct PersistentParams {
   unsigned long long* keys = nullptr;  // argmax key of the logit row (zeroed by the caller), or null
   float* cap = nullptr;     // captured rows [n_cap, H]
   unsigned* barrier = nullptr;  // grid barrier counter (zeroed by the caller before each launch)
+  // Profiling (DSINFER_CUDA_PERSISTENT_PROFILE=1), or null: [0] the kernel's start, then per
+  // op i: [1 + i] when block 0 left its barrier, [1 + n_ops + i * grid + b] when block b
+  // arrived at it (globaltimer ns).
+  unsigned long long* timing = nullptr;
 };
 
 // Whether the kernel can run this shape on this device (head_dim, the largest K, heads, a
 // resident grid); `why` says what does not fit.
 bool persistent_decode_supported(int D, int max_k, int NH, const char** why);
+// Blocks of the kernel's grid (one per SM).
+int persistent_decode_grid();
 // Enqueues the kernel: ops (a device array of n_ops) in order, a grid barrier between them.
+// DSINFER_CUDA_PERSISTENT_SLOT_KB overrides the ring's smallest slot (48 KB; experiments).
 void persistent_decode(const PersistentOp* ops, int n_ops, int max_k, const PersistentParams& p, cudaStream_t stream);
 
 }  // namespace dsinfer::cuda

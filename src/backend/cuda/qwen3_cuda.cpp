@@ -172,6 +172,19 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   const std::pair<PersistentOp*, int>& persistent_ops(const DeviceKVStorage& kv, const std::vector<int>& capture_layers,
                                                       bool head);
   int64_t persistent_calls_ = 0;
+  // DSINFER_CUDA_PERSISTENT_PROFILE=1: the kernel records when each block finished each op
+  // and when block 0 left each barrier (PersistentParams::timing); per op kind, the phase
+  // time, the mean and slowest block's work and the barrier wait are printed at exit.
+  unsigned long long* persistent_timing_ = nullptr;
+  int persistent_timing_ops_ = 0;
+  struct PhaseStat {
+    double phase_us = 0, mean_work_us = 0, max_work_us = 0, barrier_us = 0;
+    int64_t n = 0;
+  };
+  std::map<std::string, PhaseStat> persistent_stats_;
+  int64_t persistent_profiled_ = 0;
+  double persistent_total_us_ = 0;
+  void collect_persistent_timing();
   bool persistent_ = false;  // options.persistent_decode, the shape supported, DSINFER_CUDA_PERSISTENT != 0
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
@@ -373,6 +386,42 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       std::fprintf(stderr, "dsinfer: persistent decode off: %s\n", why);
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
+  if (persistent_ && std::getenv("DSINFER_CUDA_PERSISTENT_PROFILE")) {
+    const int max_ops = 2 + 5 * cfg.num_hidden_layers;
+    persistent_timing_ = weights_.alloc<unsigned long long>(1 + max_ops + static_cast<size_t>(max_ops) * persistent_decode_grid());
+  }
+}
+
+void CudaQwen3Model::collect_persistent_timing() {
+  const int n = persistent_timing_ops_, G = persistent_decode_grid();
+  std::vector<unsigned long long> t(1 + n + static_cast<size_t>(n) * G);
+  DSINFER_CUDA_CHECK(cudaMemcpy(t.data(), persistent_timing_, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+  static const char* kLayerOps[] = {"qkv (+rmsnorm)", "q/k + attention", "o (+= x)", "gate|up (+rmsnorm, swiglu)",
+                                    "down (+= x)"};
+  const int L = cfg_.num_hidden_layers;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = i == 0 ? "embed" : i <= 5 * L ? kLayerOps[(i - 1) % 5] : "lm head (+rmsnorm, argmax)";
+    const double start = static_cast<double>(t[i]);  // t[0] = kernel start, t[i] = release of op i - 1
+    const double end = i + 1 < n ? static_cast<double>(t[1 + i]) : 0.0;
+    double sum = 0, mx = 0;
+    for (int b = 0; b < G; ++b) {
+      const double w = static_cast<double>(t[1 + n + static_cast<size_t>(i) * G + b]) - start;
+      sum += w;
+      mx = std::max(mx, w);
+    }
+    PhaseStat& st = persistent_stats_[name];
+    st.mean_work_us += sum / G / 1e3;
+    st.max_work_us += mx / 1e3;
+    if (end > 0) {
+      st.phase_us += (end - start) / 1e3;
+      st.barrier_us += (end - start - mx) / 1e3;
+    } else {
+      st.phase_us += mx / 1e3;
+    }
+    st.n += 1;
+  }
+  persistent_total_us_ += (static_cast<double>(t[1 + n + static_cast<size_t>(n - 1) * G]) - static_cast<double>(t[0])) / 1e3;
+  ++persistent_profiled_;
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -549,6 +598,8 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     p.x = x_, p.qkv = qkv_, p.attb = attb_;
     p.keys = n_logits > 0 && with_argmax ? keys_ : nullptr;
     p.cap = cap_, p.barrier = persistent_barrier_;
+    p.timing = persistent_timing_;
+    persistent_timing_ops_ = n_ops;
     persistent_decode(ops, n_ops, persistent_max_k_, p, s);
     return;
   }
@@ -642,6 +693,15 @@ void CudaQwen3Model::collect_marks(int rows) {
 }
 
 void CudaQwen3Model::print_profile() const {
+  if (persistent_profiled_ > 0) {
+    const double f = 1.0 / static_cast<double>(persistent_profiled_);
+    std::fprintf(stderr, "DSINFER_CUDA_PERSISTENT_PROFILE: %lld persistent forwards, %.1f us each (kernel start to block 0's last op)\n",
+                 static_cast<long long>(persistent_profiled_), persistent_total_us_ * f);
+    std::fprintf(stderr, "  %-28s %12s %12s %12s %12s  (us per forward, summed over layers)\n", "op", "phase", "mean block", "slowest", "barrier");
+    for (const auto& [name, st] : persistent_stats_)
+      std::fprintf(stderr, "  %-28s %12.1f %12.1f %12.1f %12.1f\n", name.c_str(), st.phase_us * f, st.mean_work_us * f,
+                   st.max_work_us * f, st.barrier_us * f);
+  }
   if (!profile_ || stage_ms_.empty()) return;
   std::fprintf(stderr, "DSINFER_CUDA_PROFILE (eager, CUDA events between stages; per forward):\n");
   for (const auto& [prefix, n] : forwards_) {
@@ -805,6 +865,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
                                        stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_marks(static_cast<int>(T));
+  if (persistent_timing_ && persistent_ && rows == 1 && lrows <= 1) collect_persistent_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
