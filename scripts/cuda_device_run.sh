@@ -9,7 +9,7 @@
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
 # gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
-# DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE is set for that run, e.g.
+# DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
 # DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
@@ -69,7 +69,7 @@ if [[ " $STEPS " == *" bench "* ]]; then
     IFS=: read -r g gr pdl extra <<< "$v"
     pdl=${pdl:-0}
     name=bench_4b_${g}_graphs_${gr}_pdl${pdl}${extra:+_$(echo "$extra" | tr -c 'A-Za-z0-9\n' _)}
-    env ${extra:-} DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
+    env ${extra//+/ } DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
       --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 ${VERIFY_BLOCKS:+--verify-blocks $VERIFY_BLOCKS} \
       --json > "$OUT/$name.json" 2>> "$OUT/bench.err"
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
