@@ -7,6 +7,13 @@
 # from a GGUF written from the same safetensors (tools/bench/qwen3_random_to_gguf.py: same
 # weights bit for bit, "no vocab" tokenizer).
 #
+# STATUS (session 10, 2026-12-02): NOT YET RUN ON THE GPU. The prebuilt llama-bench
+# (build info de3ff81 (1), MMQ-trimmed as below) and the GGUF writer were checked on the dev
+# machine only (tiny random model: the GGUF loads and runs in this llama-bench on the CPU,
+# fa 0 and 1, tied and untied embeddings). Both device calls (15:41 and 16:04 UTC) were answered
+# "no device machine could be started right now"; the build on the device (fallback path)
+# has never run either. No llama.cpp CUDA numbers exist yet.
+#
 # Two modes:
 #   bash scripts/llamacpp_device_bench.sh pack   (dev machine) packs into .llama/ (ignored:
 #       add /.llama/ to .git/info/exclude):
