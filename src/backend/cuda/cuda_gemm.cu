@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemv_impl.cuh"
 #include "backend/cuda/cuda_gemm.h"
 
 namespace dsinfer::cuda {
@@ -22,25 +23,9 @@ constexpr int kRowsPerBlock = 4;
 constexpr int kUnroll = 4;  // chunks per lane per step: kUnroll * kOutPerWarp 16-byte weight loads in flight
 constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
 
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(p[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
-// Orderable 64-bit key of (logit, feature): larger logit first, then the LOWER feature index
-// (torch.argmax's tie rule); atomicMax over keys is order-independent, hence deterministic.
-__device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
-  const unsigned b = __float_as_uint(v);
-  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
-}
+using detail::argmax_key;
+using detail::silu_mul;
+using detail::unpack8;
 
 constexpr int kEpiY = 0, kEpiSilu = 1;
 

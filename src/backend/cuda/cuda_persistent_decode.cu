@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_attention_impl.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemv_impl.cuh"
 #include "backend/cuda/cuda_persistent_decode.h"
 
 namespace dsinfer::cuda {
@@ -87,21 +88,9 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long*
   consumers_sync();
 }
 
-__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(p[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-__device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
-  const unsigned b = __float_as_uint(v);
-  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
-}
+using detail::argmax_key;
+using detail::silu_mul;
+using detail::unpack8;
 
 // This block's share [j0, j1) of `pairs` feature pairs; the remainder's extra pairs go to the
 // blocks from `rot` on (rot then moves past them, so the next op starts where this one ended).

@@ -1,0 +1,32 @@
+// dsinfer CUDA backend: the per-element device code of the invariant GEMM row kernel
+// (cuda_gemm.cu) that the persistent decode kernel (cuda_persistent_decode.cu) must repeat
+// bit for bit: BF16 unpacking, the SwiGLU epilogue and the argmax key. One copy, so the two
+// paths cannot drift apart. Device code only; include from .cu files.
+#pragma once
+#include <cuda_bf16.h>
+
+namespace dsinfer::cuda::detail {
+
+// 8 BF16 values (one 16-byte load) as F32.
+__device__ __forceinline__ void unpack8(const uint4& v, float* f) {
+  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(p[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+
+// silu(g) * u, as kernels/cpu/silu_mul.cpp computes it.
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Orderable 64-bit key of (logit, feature): larger logit first, then the LOWER feature index
+// (torch.argmax's tie rule); atomicMax over keys is order-independent, hence deterministic.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
+  const unsigned b = __float_as_uint(v);
+  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
+}
+
+}  // namespace dsinfer::cuda::detail
