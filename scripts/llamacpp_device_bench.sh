@@ -7,12 +7,10 @@
 # from a GGUF written from the same safetensors (tools/bench/qwen3_random_to_gguf.py: same
 # weights bit for bit, "no vocab" tokenizer).
 #
-# STATUS (session 10, 2026-12-02): NOT YET RUN ON THE GPU. The prebuilt llama-bench
-# (build info de3ff81 (1), MMQ-trimmed as below) and the GGUF writer were checked on the dev
-# machine only (tiny random model: the GGUF loads and runs in this llama-bench on the CPU,
-# fa 0 and 1, tied and untied embeddings). Both device calls (15:41 and 16:04 UTC) were answered
-# "no device machine could be started right now"; the build on the device (fallback path)
-# has never run either. No llama.cpp CUDA numbers exist yet.
+# STATUS: ran on the H200 on 2026-12-02 at 16:55 UTC (session 10) with the prebuilt
+# llama-bench (build info de3ff81 (1), MMQ-trimmed as below), DSINFER_RUNS="invariant:32
+# cublas:32" CALL_LIMIT=270: 143 s in all; results in docs/PERFORMANCE.md, "llama.cpp CUDA on
+# the same H200". The build-on-the-device fallback path has never run.
 #
 # Two modes:
 #   bash scripts/llamacpp_device_bench.sh pack   (dev machine) packs into .llama/ (ignored:
@@ -181,7 +179,7 @@ try:
     for r in rows:
         test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
         print(f"  {test} @ d{r.get('n_depth', 0)} fa={r.get('flash_attn')} kv={r.get('type_k')}/{r.get('type_v')} "
-              f"ub={r.get('n_ubatch')}: {r['avg_ts']:.2f} ± {r['stdev_ts']:.2f} tokens/s (samples {[round(x, 2) for x in r.get('samples_ts', [])]})")
+              f"ub={r.get('n_ubatch')}: {r['avg_ts']:.2f} ± {r.get('stddev_ts', 0.0):.2f} tokens/s (samples {[round(x, 2) for x in r.get('samples_ts', [])]})")
 except Exception as e:
     print("llama-bench json unreadable:", e)
 PY
