@@ -185,7 +185,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   int64_t persistent_profiled_ = 0;
   double persistent_total_us_ = 0;
   void collect_persistent_timing();
-  bool persistent_ = false;  // options.persistent_decode, the shape supported, DSINFER_CUDA_PERSISTENT != 0
+  bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
   DeviceArena persistent_arena_;
