@@ -4,9 +4,11 @@
 // Block layout: warps 0 .. 7 consume (GEMV pairs, the RMSNorm staging, attention of one
 // head), warp 8 produces (its lane 0 streams weight tiles). A GEMV's N outputs are cut into
 // feature pairs; the pairs are dealt out to the blocks in equal contiguous shares (the odd
-// ones rotate from op to op, so no block gets all of them); a block's share of W is one
-// contiguous byte range, cut into tiles of P pairs (as many as fit a ring slot), copied by
-// one cp.async.bulk each. Pair j of a block's share goes to consumer warp j mod 8. Ring
+// ones rotate from op to op, so no block gets all of them); a block's share is walked in
+// groups of 8 pairs (one per consumer warp), each group in K-chunks of kc elements (a
+// multiple of 256, so a lane's chunks stay in the row kernel's order across K-chunks): a
+// tile is the group's 16 row segments of one K-chunk, one cp.async.bulk per segment, and
+// all eight warps work on every tile (a long row no longer leaves one warp per tile). Ring
 // protocol per slot: `full` (count 1 + the tile's bytes) completes when the copy landed;
 // `empty` (count 8) completes when every consumer warp is done with the tile. Every warp
 // steps through every tile (waits, arrives) even without a pair in it, so no warp is ever
@@ -107,12 +109,12 @@ __device__ __forceinline__ Share block_share(int pairs, int& rot) {
   rot = (rot + extra) % G;
   return s;
 }
-__device__ __forceinline__ int pairs_per_tile(int K, int slot_bytes) { return max(1, slot_bytes / (4 * K)); }
+constexpr int kGroup = kConsumers;  // pairs per tile: one per consumer warp
 
 struct RingState {
   unsigned char* ring;
   int slot_bytes, slots;
-  int chunk_bytes;  // a tile goes out as copies of at most this many bytes (experiments)
+  int kc;  // elements of a K-chunk: a multiple of 256 (32 lanes x 8), so lanes keep their order
   uint64_t* full;
   uint64_t* empty;
 };
@@ -127,17 +129,18 @@ __device__ void produce(const PersistentOp* __restrict__ ops, int n_ops, const R
     const bf16* W = ops[i].W;
     const int K = ops[i].K;
     const Share sh = block_share(ops[i].N / 2, rot);
-    const int P = pairs_per_tile(K, r.slot_bytes);
-    for (int j = sh.j0; j < sh.j1; j += P, ++t) {
-      const int np = min(P, sh.j1 - j);
-      const unsigned bytes = static_cast<unsigned>(np) * 4u * static_cast<unsigned>(K);
-      const int slot = static_cast<int>(t % r.slots);
-      if (t >= static_cast<unsigned>(r.slots)) mbar_wait(&r.empty[slot], ((t / r.slots) - 1) & 1);
-      mbar_expect_tx(&r.full[slot], bytes);
-      const char* src = reinterpret_cast<const char*>(W + static_cast<int64_t>(2) * j * K);
-      unsigned char* dst = r.ring + static_cast<size_t>(slot) * r.slot_bytes;
-      for (unsigned off = 0; off < bytes; off += static_cast<unsigned>(r.chunk_bytes))
-        bulk_copy(dst + off, src + off, min(bytes - off, static_cast<unsigned>(r.chunk_bytes)), &r.full[slot]);
+    for (int g = sh.j0; g < sh.j1; g += kGroup) {
+      const int np = min(kGroup, sh.j1 - g);
+      for (int k0 = 0; k0 < K; k0 += r.kc, ++t) {
+        const int kc = min(r.kc, K - k0);
+        const int slot = static_cast<int>(t % r.slots);
+        if (t >= static_cast<unsigned>(r.slots)) mbar_wait(&r.empty[slot], ((t / r.slots) - 1) & 1);
+        const unsigned seg = static_cast<unsigned>(kc) * 2u;  // bytes of one row's chunk
+        mbar_expect_tx(&r.full[slot], seg * 2u * static_cast<unsigned>(np));
+        unsigned char* dst = r.ring + static_cast<size_t>(slot) * r.slot_bytes;
+        for (int rr = 0; rr < 2 * np; ++rr)
+          bulk_copy(dst + static_cast<size_t>(rr) * seg, W + (static_cast<int64_t>(2) * g + rr) * K + k0, seg, &r.full[slot]);
+      }
     }
   }
 }
@@ -191,64 +194,69 @@ __device__ void gemv(const PersistentOp& op, const PersistentParams& p, const Ri
   consumers_sync();
 
   const Share sh = block_share(op.N / 2, rot);
-  const int P = pairs_per_tile(K, r.slot_bytes);
   unsigned long long best = 0ull;
-  for (int j = sh.j0; j < sh.j1; j += P, ++t) {
-    const int np = min(P, sh.j1 - j);
-    const int first = (j - sh.j0) % kConsumers;  // the warp of pair j
-    const int q0 = (warp - first + kConsumers) % kConsumers;
-    // Every warp waits for every tile, with or without pairs in it: a parity wait only tells
-    // apart adjacent phases, so a warp that skipped a tile could otherwise pass on a phase
-    // two behind (and the producer could lap it).
-    const int slot = static_cast<int>(t % r.slots);
-    mbar_wait(&r.full[slot], (t / r.slots) & 1);
-    const bf16* tile = reinterpret_cast<const bf16*>(r.ring + static_cast<size_t>(slot) * r.slot_bytes);
-    for (int q = q0; q < np; q += kConsumers) {
-      const uint4* w0 = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(2 * q) * K);
-      const uint4* w1 = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(2 * q + 1) * K);
-      float acc0 = 0.0f, acc1 = 0.0f;
+  for (int g = sh.j0; g < sh.j1; g += kGroup) {
+    const int np = min(kGroup, sh.j1 - g);
+    const bool mine = warp < np;  // this warp's pair: g + warp
+    float acc0 = 0.0f, acc1 = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += r.kc, ++t) {
+      const int kc = min(r.kc, K - k0);
+      // Every warp waits for every tile, with or without a pair in it: a parity wait only
+      // tells apart adjacent phases, so a warp that skipped a tile could otherwise pass on a
+      // phase two behind (and the producer could lap it).
+      const int slot = static_cast<int>(t % r.slots);
+      mbar_wait(&r.full[slot], (t / r.slots) & 1);
+      if (mine) {
+        const bf16* tile = reinterpret_cast<const bf16*>(r.ring + static_cast<size_t>(slot) * r.slot_bytes);
+        const uint4* w0 = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(2 * warp) * kc);
+        const uint4* w1 = reinterpret_cast<const uint4*>(tile + static_cast<int64_t>(2 * warp + 1) * kc);
+        const uint4* a4 = A4 + k0 / 8;
+        // Lane l: chunks l, l + 32, ... of this K-chunk; k0 is a multiple of 256, so across
+        // K-chunks the lane sums the row kernel's chunks l, l + 32, ... in the same order.
 #pragma unroll 2
-      for (int c = lane; c < K8; c += 32) {
-        float a[8], f0[8], f1[8];
-        unpack8(A4[c], a);
-        unpack8(w0[c], f0);
-        unpack8(w1[c], f1);
+        for (int c = lane; c < kc / 8; c += 32) {
+          float a[8], f0[8], f1[8];
+          unpack8(a4[c], a);
+          unpack8(w0[c], f0);
+          unpack8(w1[c], f1);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          acc0 = fmaf(a[e], f0[e], acc0);
-          acc1 = fmaf(a[e], f1[e], acc1);
+          for (int e = 0; e < 8; ++e) {
+            acc0 = fmaf(a[e], f0[e], acc0);
+            acc1 = fmaf(a[e], f1[e], acc1);
+          }
         }
       }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&r.empty[slot], 1);
+    }
+    if (!mine) continue;
 #pragma unroll
-      for (int s = 16; s > 0; s >>= 1) {
-        acc0 += __shfl_xor_sync(0xffffffffu, acc0, s);
-        acc1 += __shfl_xor_sync(0xffffffffu, acc1, s);
-      }
-      if (lane == 0) {
-        const int n = 2 * (j + q);
-        switch (op.output) {
-          case PersistentOp::OutSet:
-            op.y[n] = acc0;
-            op.y[n + 1] = acc1;
-            break;
-          case PersistentOp::OutAdd:
-            op.y[n] = __ldcg(op.y + n) + acc0;
-            op.y[n + 1] = __ldcg(op.y + n + 1) + acc1;
-            break;
-          case PersistentOp::OutSilu: op.act[n / 2] = __float2bfloat16(silu_mul(acc0, acc1)); break;
-          default:  // OutHead
-            op.y[n] = acc0;
-            op.y[n + 1] = acc1;
-            if (p.keys) {
-              const unsigned long long k0 = argmax_key(acc0, n), k1 = argmax_key(acc1, n + 1);
-              best = k0 > best ? k0 : best;
-              best = k1 > best ? k1 : best;
-            }
-        }
+    for (int s = 16; s > 0; s >>= 1) {
+      acc0 += __shfl_xor_sync(0xffffffffu, acc0, s);
+      acc1 += __shfl_xor_sync(0xffffffffu, acc1, s);
+    }
+    if (lane == 0) {
+      const int n = 2 * (g + warp);
+      switch (op.output) {
+        case PersistentOp::OutSet:
+          op.y[n] = acc0;
+          op.y[n + 1] = acc1;
+          break;
+        case PersistentOp::OutAdd:
+          op.y[n] = __ldcg(op.y + n) + acc0;
+          op.y[n + 1] = __ldcg(op.y + n + 1) + acc1;
+          break;
+        case PersistentOp::OutSilu: op.act[n / 2] = __float2bfloat16(silu_mul(acc0, acc1)); break;
+        default:  // OutHead
+          op.y[n] = acc0;
+          op.y[n + 1] = acc1;
+          if (p.keys) {
+            const unsigned long long k0 = argmax_key(acc0, n), k1 = argmax_key(acc1, n + 1);
+            best = k0 > best ? k0 : best;
+            best = k1 > best ? k1 : best;
+          }
       }
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&r.empty[slot], 1);
   }
   if (op.output == PersistentOp::OutHead && p.keys && lane == 0 && best) atomicMax(p.keys, best);
 }
@@ -289,12 +297,12 @@ template <int kPairs>
 // registers per thread at most (more compiles but never launches).
 __global__ void __launch_bounds__(kThreads, 1)
     persistent_decode_kernel(const PersistentOp* __restrict__ ops, int n_ops, PersistentParams p, int slot_bytes,
-                             int slots, int chunk_bytes) {
+                             int slots, int kc) {
   extern __shared__ __align__(128) unsigned char dyn[];
   __shared__ __align__(8) uint64_t full[kMaxSlots], empty[kMaxSlots];
   __shared__ float red[kNormThreads / 32];
   __shared__ detail::AttnShared attn_sh;
-  RingState r{dyn, slot_bytes, slots, chunk_bytes, full, empty};
+  RingState r{dyn, slot_bytes, slots, kc, full, empty};
   bf16* As = reinterpret_cast<bf16*>(dyn + static_cast<size_t>(slots) * slot_bytes);
   if (threadIdx.x == 0) {
     for (int s = 0; s < slots; ++s) {
@@ -344,19 +352,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 struct Plan {
   int slot_bytes = 0, slots = 0, dyn = 0;
+  int kc = 0;  // K-chunk (elements) of a tile of kGroup pairs
 };
 
 // The ring for the largest K (cached per kernel instance: launches are captured in graphs).
-// DSINFER_CUDA_PERSISTENT_CHUNK_KB: the largest single bulk copy (default: a whole tile).
-int chunk_bytes() {
-  static int v = -1;
-  if (v < 0) {
-    v = 1 << 30;
-    if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_CHUNK_KB")) v = std::max(1, std::atoi(e)) * 1024;
-  }
-  return v;
-}
-
 int min_slot_bytes() {
   static int v = -1;
   if (v < 0) {
@@ -387,10 +386,12 @@ Plan plan_for(int max_k, const char** why) {
   Plan pl;
   const int a_bytes = ((max_k * 2 + 127) / 128) * 128;
   const int budget = optin - static_cast<int>(fa.sharedSizeBytes) - a_bytes;
-  pl.slot_bytes = ((std::max(min_slot_bytes(), 4 * max_k) + 127) / 128) * 128;
+  // A tile: kGroup pairs (2 kGroup rows) x a K-chunk of kc elements, kc a multiple of 256.
+  pl.slot_bytes = ((std::max(min_slot_bytes(), 4 * kGroup * 256) + 127) / 128) * 128;
+  pl.kc = (pl.slot_bytes / (4 * kGroup)) / 256 * 256;
   pl.slots = std::min(kMaxSlots, budget / pl.slot_bytes);
   if (pl.slots < 2) {
-    cached_why = "the largest GEMV row pair does not fit two ring slots of shared memory";
+    cached_why = "the activation row and two ring slots do not fit the shared memory";
     if (why) *why = cached_why;
     pl.slots = 0;
   } else {
@@ -420,7 +421,7 @@ void launch(const PersistentOp* ops, int n_ops, int max_k, const PersistentParam
     if (per_sm < 1) throw Error("persistent decode: the kernel cannot be resident on an SM");
   }
   DSINFER_CUDA_CHECK(cudaMemsetAsync(p.barrier, 0, sizeof(unsigned), stream));
-  kernel<<<sms, kThreads, pl.dyn, stream>>>(ops, n_ops, p, pl.slot_bytes, pl.slots, chunk_bytes());
+  kernel<<<sms, kThreads, pl.dyn, stream>>>(ops, n_ops, p, pl.slot_bytes, pl.slots, pl.kc);
   DSINFER_CUDA_LAUNCHED("persistent_decode_kernel");
 }
 
