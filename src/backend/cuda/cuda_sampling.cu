@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemv_impl.cuh"
 #include "backend/cuda/cuda_sampling.h"
 
 namespace dsinfer::cuda {
@@ -13,38 +14,25 @@ namespace {
 constexpr int kT = 1024;  // threads per block (one block per row / item)
 constexpr double kFixed = 72057594037927936.0;  // 2^56: fixed-point unit of the top-p masses
 
-// The host's candidate order (sampler.cpp, by_logit): larger logit first, then lower id.
-__device__ __forceinline__ unsigned long long skey(float v, int j) {
-  const unsigned b = __float_as_uint(v);
-  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(j));
-}
+// The host's candidate order (sampler.cpp, by_logit): larger logit first, then lower id,
+// which is the GEMM's argmax key (cuda_gemv_impl.cuh).
+__device__ __forceinline__ unsigned long long skey(float v, int j) { return detail::argmax_key(v, j); }
 __device__ __forceinline__ int id_from_key(unsigned long long k) { return static_cast<int>(0xffffffffu - (k & 0xffffffffu)); }
 
-// Fixed-topology block reductions (the same tree every run: reproducible bits).
-__device__ double block_sum(double v, double* red) {
+// Fixed-topology block reductions (the same tree every run: reproducible bits). T is double
+// (masses) or unsigned long long (fixed-point counts).
+template <class T>
+__device__ T block_sum(T v, T* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  double t = lane < (kT >> 5) ? red[lane] : 0.0;
+  T t = lane < (kT >> 5) ? red[lane] : T(0);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
   return t;  // every thread (each warp reduces red[] the same way)
-}
-__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  __syncthreads();
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  unsigned long long t = lane < (kT >> 5) ? red[lane] : 0ull;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-  return t;
 }
 __device__ float block_max(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -141,7 +129,7 @@ __global__ void __launch_bounds__(kT) row_dist_kernel(const float* __restrict__ 
     };
     unsigned long long tw = 0;
     for (int j = threadIdx.x; j < V; j += kT) tw += w_of(j, skey(l[j], j));
-    const unsigned long long total = block_sum_u64(tw, red_u);
+    const unsigned long long total = block_sum(tw, red_u);
     unsigned long long need = static_cast<unsigned long long>(llrint(static_cast<double>(P.top_p) * kFixed));
     if (need == 0) need = 1;
     if (total >= need) {  // else the host keeps every candidate (its sum never reached top_p)
