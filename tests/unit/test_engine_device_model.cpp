@@ -41,71 +41,67 @@ namespace {
 
 const std::string kRoot = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
 
-// Delegates everything to a CPU model; claims to be a device model.
-class DeviceLikeModel final : public Model {
+// A CPU model that claims to be a device model: every call goes to the inner model; the
+// stand-ins below override what they count or change.
+class DelegatingDeviceModel : public Model {
  public:
-  explicit DeviceLikeModel(Model& inner) : inner_(inner) {}
+  explicit DelegatingDeviceModel(Model& inner) : inner_(inner) {}
   const ModelConfig& config() const override { return inner_.config(); }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
     return inner_.make_kv_cache(max_slots, max_tokens);
   }
   std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
                                                     int max_tokens) const override {
-    ++paged_made;
     return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
   }
-  int64_t device_kv_blocks(int, double) const override { return kDeviceBlocks; }
   bool on_device() const override { return true; }
   void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
     ++forwards;
     inner_.forward(kv, b, out);
   }
+  void embed(const int32_t* ids, int n, float* out) const override { inner_.embed(ids, n, out); }
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
+    inner_.lm_head(hidden, n, logits, apply_norm);
+  }
+  const WeightView* host_embedding() const override { return inner_.host_embedding(); }
+  const WeightView* host_lm_head() const override { return inner_.host_lm_head(); }
+  int forwards = 0;
+
+ protected:
+  Model& inner_;
+};
+
+// Sizes its own pool and reduces greedy steps to argmax ids, as the CUDA model does.
+class DeviceLikeModel final : public DelegatingDeviceModel {
+ public:
+  using DelegatingDeviceModel::DelegatingDeviceModel;
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
+                                                    int max_tokens) const override {
+    ++paged_made;
+    return DelegatingDeviceModel::make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
+  }
+  int64_t device_kv_blocks(int, double) const override { return kDeviceBlocks; }
   void forward_argmax(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<int32_t>& ids) override {
     ++argmax_forwards;
     Model::forward_argmax(kv, b, out, ids);  // the host default: forward(), then argmax per row
     --forwards;                              // (not a logits step of its own)
     out.logits.clear();                      // as a device model leaves it
   }
-  void embed(const int32_t* ids, int n, float* out) const override { inner_.embed(ids, n, out); }
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
     ++head_calls;
-    inner_.lm_head(hidden, n, logits, apply_norm);
+    DelegatingDeviceModel::lm_head(hidden, n, logits, apply_norm);
   }
-  const WeightView* host_embedding() const override { return inner_.host_embedding(); }
-  const WeightView* host_lm_head() const override { return inner_.host_lm_head(); }
 
   static constexpr int64_t kDeviceBlocks = 77;
   mutable int paged_made = 0, head_calls = 0;
-  int forwards = 0, argmax_forwards = 0;
-
- private:
-  Model& inner_;
+  int argmax_forwards = 0;
 };
 
 // A device model that also verifies "on the device" (DeviceVerifier): here on the host, by
 // verify_drafts over the rows its forward made, which is the rule the CUDA kernels follow.
-class VerifyingModel final : public Model, public DeviceVerifier {
+class VerifyingModel final : public DelegatingDeviceModel, public DeviceVerifier {
  public:
-  explicit VerifyingModel(Model& inner) : inner_(inner) {}
-  const ModelConfig& config() const override { return inner_.config(); }
-  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
-    return inner_.make_kv_cache(max_slots, max_tokens);
-  }
-  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                    int max_tokens) const override {
-    return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
-  }
-  bool on_device() const override { return true; }
-  void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
-    ++forwards;
-    inner_.forward(kv, b, out);
-  }
-  void embed(const int32_t* ids, int n, float* out) const override { inner_.embed(ids, n, out); }
-  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
-    inner_.lm_head(hidden, n, logits, apply_norm);
-  }
-  const WeightView* host_embedding() const override { return inner_.host_embedding(); }
-  const WeightView* host_lm_head() const override { return inner_.host_lm_head(); }
+  using DelegatingDeviceModel::DelegatingDeviceModel;
   bool verifies_on_device() const override { return true; }
   void forward_verify(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<VerifyRequest>& reqs) override {
     ++verify_forwards;
@@ -126,10 +122,7 @@ class VerifyingModel final : public Model, public DeviceVerifier {
     }
     out.logits.clear();  // as the device model leaves it
   }
-  int forwards = 0, verify_forwards = 0, requests = 0, with_q = 0;
-
- private:
-  Model& inner_;
+  int verify_forwards = 0, requests = 0, with_q = 0;
 };
 
 struct Fixture {
