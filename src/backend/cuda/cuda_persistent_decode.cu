@@ -71,7 +71,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // Every consumer of every block gets here before any goes on; writes before are visible
 // after (release / acquire at the GPU scope). Activations written inside the kernel are then
 // read with ld.cg (L2), never through a possibly stale L1 line.
-__device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long* arrived, int sleep_ns) {
+__device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long* arrived) {
   consumers_sync();
   if (threadIdx.x == 0) {
     if (arrived) *arrived = global_ns();  // profiling: when this block's consumers got here
@@ -82,7 +82,6 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long*
       unsigned v;
       asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
       if (v >= target) break;
-      if (sleep_ns > 0) __nanosleep(sleep_ns);
       if ((i & 1023u) == 0 && global_ns() - t0 > 1000000000ull) __trap();  // a block never came: not resident
     }
     __threadfence();
@@ -336,7 +335,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned long long* arrived = tm ? tm + 1 + n_ops + static_cast<int64_t>(i) * gridDim.x + blockIdx.x : nullptr;
     if (i + 1 < n_ops) {
       target += gridDim.x;
-      grid_barrier(p.barrier, target, arrived, p.barrier_sleep_ns);
+      grid_barrier(p.barrier, target, arrived);
     } else if (arrived) {
       consumers_sync();
       if (tid == 0) *arrived = global_ns();
@@ -455,14 +454,7 @@ int persistent_decode_grid() {
   return sms;
 }
 
-void persistent_decode(const PersistentOp* ops, int n_ops, int max_k, const PersistentParams& p_in, cudaStream_t stream) {
-  static int sleep_ns = -1;  // DSINFER_CUDA_PERSISTENT_BARRIER_SLEEP_NS: back-off while polling (experiments)
-  if (sleep_ns < 0) {
-    const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_BARRIER_SLEEP_NS");
-    sleep_ns = e ? std::max(0, std::atoi(e)) : 0;
-  }
-  PersistentParams p = p_in;
-  p.barrier_sleep_ns = sleep_ns;
+void persistent_decode(const PersistentOp* ops, int n_ops, int max_k, const PersistentParams& p, cudaStream_t stream) {
   if (p.D <= 64) launch<1>(ops, n_ops, max_k, p, stream);
   else if (p.D <= 128) launch<2>(ops, n_ops, max_k, p, stream);
   else launch<4>(ops, n_ops, max_k, p, stream);

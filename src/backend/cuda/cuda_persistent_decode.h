@@ -79,7 +79,6 @@ struct PersistentParams {
   // op i: [1 + i] when block 0 left its barrier, [1 + n_ops + i * grid + b] when block b
   // arrived at it (globaltimer ns).
   unsigned long long* timing = nullptr;
-  int barrier_sleep_ns = 0;  // set from DSINFER_CUDA_PERSISTENT_BARRIER_SLEEP_NS by persistent_decode
 };
 
 // Whether the kernel can run this shape on this device (head_dim, the largest K, heads, a
