@@ -359,7 +359,13 @@ int min_slot_bytes() {
   static int v = -1;
   if (v < 0) {
     v = kMinSlotBytes;
-    if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_SLOT_KB")) v = std::max(1, std::atoi(e)) * 1024;
+    if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT_SLOT_KB")) {
+      char* end = nullptr;
+      const long kb = std::strtol(e, &end, 10);
+      if (end == e || *end != '\0' || kb < 8 || kb > 112)
+        throw Error(std::string("DSINFER_CUDA_PERSISTENT_SLOT_KB must be a whole number of KB in [8, 112], not '") + e + "'");
+      v = static_cast<int>(kb) * 1024;
+    }
   }
   return v;
 }
