@@ -196,6 +196,64 @@ TEST(CudaKernels, FusedGemmInputsMatchReferenceAndAreBatchInvariant) {
   }
 }
 
+// The row kernel's launch shape (warps per block, resident blocks per SM) changes no bit:
+// plain, RMSNorm-fused and SwiGLU-epilogue GEMMs, accumulate and argmax keys, at one row
+// and at several, each shape against the default one.
+TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int K = 2560, N = 6144, M = 5;
+  std::vector<float> x(size_t(M) * K), nw(K), wf;
+  for (auto& v : x) v = nd(rng);
+  for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
+  Dev<float> dx(x), dnw(nw);
+  Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+  const GemvShape saved = gemv_shape();
+  struct Out {
+    std::vector<float> y, acc;
+    std::vector<uint16_t> act;
+    std::vector<unsigned long long> keys;
+  };
+  auto run = [&](GemvShape shape, int m) {
+    set_gemv_shape(shape);
+    Out o;
+    const GemmInput in = GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f);
+    Dev<float> Y(size_t(m) * N);
+    Dev<unsigned long long> keys(m);
+    DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, m * sizeof(unsigned long long)));
+    gemm_rows(in, as_bf16(W.p), N, K, Y.p, N, m, false, nullptr, keys.p);
+    o.y = Y.get();
+    o.keys = keys.get();
+    // Y's first K columns as a BF16 input, accumulated onto Y.
+    Dev<uint16_t> xb(size_t(m) * K);
+    std::vector<uint16_t> hb(size_t(m) * K);
+    for (int r = 0; r < m; ++r)
+      for (int k = 0; k < K; ++k) hb[size_t(r) * K + k] = f32_to_bf16(o.y[size_t(r) * N + k]);
+    DSINFER_CUDA_CHECK(cudaMemcpy(xb.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    gemm_rows(GemmInput::bf16_rows(as_bf16(xb.p), K), as_bf16(W.p), N, K, Y.p, N, m, true, nullptr);
+    o.acc = Y.get();
+    Dev<uint16_t> act(size_t(m) * N / 2);
+    gemm_rows_silu(in, as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), N / 2, m, nullptr);
+    o.act = act.get();
+    return o;
+  };
+  for (int m : {1, M}) {
+    const Out ref = run(GemvShape{}, m);
+    for (GemvShape shape : {GemvShape{8, 0}, GemvShape{8, 1}, GemvShape{4, 1}, GemvShape{4, 3}, GemvShape{8, 2}}) {
+      SCOPED_TRACE("rows " + std::to_string(m) + ", warps " + std::to_string(shape.warps) + ", blocks per SM " +
+                   std::to_string(shape.blocks_per_sm));
+      const Out o = run(shape, m);
+      EXPECT_EQ(0, std::memcmp(o.y.data(), ref.y.data(), o.y.size() * sizeof(float)));
+      EXPECT_EQ(o.keys, ref.keys);
+      EXPECT_EQ(0, std::memcmp(o.acc.data(), ref.acc.data(), o.acc.size() * sizeof(float)));
+      EXPECT_EQ(o.act, ref.act);
+    }
+  }
+  set_gemv_shape(saved);
+  EXPECT_THROW(set_gemv_shape(GemvShape{6, 0}), Error);
+}
+
 // A wide GEMM (many more feature groups than resident blocks, so each block walks several
 // groups with the next group's weights prefetched): against a double reference, a row alone
 // == the row in the batch, and the argmax keys (reduced per block, then atomicMax) give each

@@ -41,6 +41,49 @@ __global__ void __launch_bounds__(kThreads)
       [] { __syncthreads(); });
 }
 
+// attention_kernel with the q/k step in its prologue (attention_rows_fold_qk).
+template <int kPairs, bool kPaged>
+__global__ void __launch_bounds__(kThreads)
+    attention_fold_qk_kernel(const float* __restrict__ qkv, const float* __restrict__ q_norm,
+                             const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
+                             const float* __restrict__ sin_t, KVLayerView kv, const int32_t* __restrict__ slot,
+                             const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale,
+                             bf16* __restrict__ out) {
+  __shared__ detail::AttnShared sh;
+  pdl_trigger();
+  pdl_wait();
+  const int r = blockIdx.y, h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int s = slot[r], p = pos[r];
+  bf16* o = out + (static_cast<int64_t>(r) * NH + h) * D;
+  if (s < 0) {
+    for (int d = threadIdx.x; d < D; d += kThreads) o[d] = __float2bfloat16(0.0f);
+    return;
+  }
+  const int kvh = h / (NH / NKVH), half = D / 2;
+  const float* row = qkv + static_cast<int64_t>(r) * (NH + 2 * NKVH) * D;
+  const float* c = cos_t + static_cast<int64_t>(r) * half;
+  const float* sn = sin_t + static_cast<int64_t>(r) * half;
+  auto cs = [&](int i, float* cv, float* sv) {
+    *cv = c[i];
+    *sv = sn[i];
+  };
+  if (warp == 0) {
+    const float* src = row + static_cast<int64_t>(h) * D;
+    detail::qk_norm_rope_head([&](int i) { return src[i]; }, q_norm, eps, D, cs, sh.qs, nullptr, lane);
+  } else if (warp == 1) {
+    const float* src = row + static_cast<int64_t>(NH + kvh) * D;
+    detail::qk_norm_rope_head([&](int i) { return src[i]; }, k_norm, eps, D, cs, nullptr,
+                              kv.k + kv_row_offset(kv, s, kvh, p, D), lane);
+  } else if (warp == 2) {
+    const float* src = row + static_cast<int64_t>(NH + NKVH + kvh) * D;
+    bf16* dst = kv.v + kv_row_offset(kv, s, kvh, p, D);
+    for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16(src[i]);
+  }
+  __syncthreads();  // q staged; this block's own K/V row written (visible to the block)
+  detail::attend_row_head<kPairs, true, kPaged>(kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x, [] {},
+                                                [] { __syncthreads(); });
+}
+
 template <int kPairs, bool kPaged>
 void launch_layout(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot,
                    const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out, L2Prefetch pf) {
@@ -59,7 +102,33 @@ void launch(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, cons
   else launch_layout<kPairs, false>(grid, stream, q, kv, slot, pos, NH, NKVH, D, scale, out, pf);
 }
 
+template <int kPairs>
+void launch_fold(dim3 grid, cudaStream_t stream, const float* qkv, const float* q_norm, const float* k_norm, float eps,
+                 const float* cos_t, const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos,
+                 int NH, int NKVH, int D, float scale, bf16* out) {
+  if (kv.table)
+    launch_pdl(attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+  else
+    launch_pdl(attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+}
+
 }  // namespace
+
+void attention_rows_fold_qk(const float* qkv, const float* q_norm, const float* k_norm, float eps, const float* cos_t,
+                            const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH,
+                            int NKVH, int D, float scale, bf16* out, cudaStream_t stream) {
+  if (T <= 0) return;
+  if (D > kMaxD || D % 8 != 0 || NKVH <= 0 || NH % NKVH != 0)
+    throw Error("CUDA attention (q/k folded): head_dim " + std::to_string(D) + " / heads " + std::to_string(NH) +
+                " / kv heads " + std::to_string(NKVH) + " not supported (head_dim a multiple of 8, <= 256)");
+  const dim3 grid(NH, T);
+  if (D <= 64) launch_fold<1>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+  else if (D <= 128) launch_fold<2>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+  else launch_fold<4>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+  DSINFER_CUDA_LAUNCHED("attention_fold_qk_kernel");
+}
 
 void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH, int NKVH,
                     int D, float scale, bf16* out, cudaStream_t stream, L2Prefetch pf) {

@@ -32,4 +32,15 @@ constexpr int kAttnWarps = 8;
 void attention_rows(const float* q, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH, int NKVH,
                     int D, float scale, bf16* out, cudaStream_t stream, L2Prefetch prefetch = {});
 
+// The q/k step folded into attention, for forwards whose rows all belong to different
+// slots (a batch-1 decode step; the caller guarantees it): the block of (row r, q head h)
+// RMS-norms and rotates its q head from the QKV GEMM's output qkv [T, (NH + 2 NKVH) * D] (F32)
+// into shared memory, writes its KV head's new K row (normed, rotated, BF16) and V row into
+// the cache (every q-head block of a KV head writes the same bits), and then attends as
+// attention_rows does. cos_t / sin_t: rope_table's rows. Same functions, same bits as
+// qk_norm_rope_store + attention_rows, one launch fewer per layer.
+void attention_rows_fold_qk(const float* qkv, const float* q_norm, const float* k_norm, float eps, const float* cos_t,
+                            const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH,
+                            int NKVH, int D, float scale, bf16* out, cudaStream_t stream);
+
 }  // namespace dsinfer::cuda

@@ -29,6 +29,10 @@ struct CudaModelOptions {
   // only. Off by default: on the H200 it measured slower than the layered kernels so far
   // (docs/PERFORMANCE.md); DSINFER_CUDA_PERSISTENT=1 turns it on (=0 off) over this field.
   bool persistent_decode = false;
+  // A forward of exactly one row runs the q/k step (RMSNorm + RoPE of q and k, K/V into the
+  // cache) inside attention's kernel (attention_rows_fold_qk): same bits, one launch fewer
+  // per layer. DSINFER_CUDA_FOLD_QK=0 / 1 over this field.
+  bool fold_qk_decode = true;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;

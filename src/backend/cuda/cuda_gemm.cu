@@ -1,6 +1,7 @@
 // dsinfer CUDA backend: the GEMM dispatch and the fixed-order row kernel (see cuda_gemm.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,12 +14,15 @@ namespace dsinfer::cuda {
 
 namespace {
 
-// Block shape: 4 warps; each warp owns 2 output features (the A chunk it loads is reused
-// for both weight rows), so a block owns 8 features; a block stages up to 4 rows of A.
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+// Block shape: gemv_shape().warps warps (4 or 8, blockDim.x / 32); each warp owns 2 output
+// features (the A chunk it loads is reused for both weight rows), so a block owns 2 x warps
+// features; a block stages up to 4 rows of A. The RMSNorm's sum of squares always runs on
+// the first kNormThreads threads, so no bit depends on the block shape.
+constexpr int kMaxWarps = 8;
+constexpr int kMaxThreads = 32 * kMaxWarps;
+constexpr int kNormThreads = 128;
+constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kOutPerWarp = 2;
-constexpr int kOutPerBlock = kWarps * kOutPerWarp;
 constexpr int kRowsPerBlock = 4;
 constexpr int kUnroll = 4;  // chunks per lane per step: kUnroll * kOutPerWarp 16-byte weight loads in flight
 constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
@@ -55,24 +59,25 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
 template <int kMode, bool kVec, int kEpi>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
                      int64_t ld_silu, L2Prefetch next) {
   constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
-  __shared__ float red[kRowsPerBlock][kWarps];
-  __shared__ unsigned long long best_w[kWarps][kRowsPerBlock];
+  __shared__ float red[kRowsPerBlock][kNormWarps];
+  __shared__ unsigned long long best_w[kMaxWarps][kRowsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nthreads = blockDim.x, nwarps = nthreads >> 5, out_per_block = nwarps * kOutPerWarp;
   const int m0 = blockIdx.y * kRowsPerBlock;
   const int mr = min(kRowsPerBlock, M - m0);
   const int Kp = (K + 7) & ~7;
-  const int groups = (N + kOutPerBlock - 1) / kOutPerBlock;
-  const int n_step = gridDim.x * kOutPerBlock;
+  const int groups = (N + out_per_block - 1) / out_per_block;
+  const int n_step = gridDim.x * out_per_block;
 
   uint4 wv[kUnroll][kOutPerWarp];
-  if constexpr (kVec) load_batch(wv, W, N, K, blockIdx.x * kOutPerBlock + warp * kOutPerWarp, lane);
+  if constexpr (kVec) load_batch(wv, W, N, K, blockIdx.x * out_per_block + warp * kOutPerWarp, lane);
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
@@ -80,10 +85,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) inv[r] = 1.0f;
   if constexpr (kMode == GemmInput::RmsNorm) {
-    // 1 / rms of each row in a fixed order: thread-strided sums (float4 groups in order when
-    // vectorised), a warp xor tree, the warps in order. Depends on the row alone.
+    // 1 / rms of each row in a fixed order: sums strided over the first kNormThreads
+    // threads (float4 groups in order when vectorised), a warp xor tree, those warps in
+    // order. Depends on the row alone (not on the block shape).
 #pragma unroll
     for (int r = 0; r < kRowsPerBlock; ++r) {
+      if (warp >= kNormWarps) break;
       float ss = 0.0f;
       if (r < mr) {
         const int src = in.row_index ? in.row_index[m0 + r] : m0 + r;
@@ -91,14 +98,14 @@ __global__ void __launch_bounds__(kThreads)
         if constexpr (kVec) {
           const float4* x4 = reinterpret_cast<const float4*>(x);
           const int n4 = K / 4;
-          for (int c0 = threadIdx.x; c0 < n4; c0 += kThreads * kStageUnroll) {
+          for (int c0 = threadIdx.x; c0 < n4; c0 += kNormThreads * kStageUnroll) {
             float4 v[kStageUnroll];
 #pragma unroll
             for (int u = 0; u < kStageUnroll; ++u)
-              if (c0 + u * kThreads < n4) v[u] = x4[c0 + u * kThreads];
+              if (c0 + u * kNormThreads < n4) v[u] = x4[c0 + u * kNormThreads];
 #pragma unroll
             for (int u = 0; u < kStageUnroll; ++u)
-              if (c0 + u * kThreads < n4) {
+              if (c0 + u * kNormThreads < n4) {
                 ss = fmaf(v[u].x, v[u].x, ss);
                 ss = fmaf(v[u].y, v[u].y, ss);
                 ss = fmaf(v[u].z, v[u].z, ss);
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
               }
           }
         } else {
-          for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(x[i], x[i], ss);
+          for (int i = threadIdx.x; i < K; i += kNormThreads) ss = fmaf(x[i], x[i], ss);
         }
       }
 #pragma unroll
@@ -117,7 +124,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < kRowsPerBlock; ++r) {
       float ss = 0.0f;
-      for (int w = 0; w < kWarps; ++w) ss += red[r][w];
+      for (int w = 0; w < kNormWarps; ++w) ss += red[r][w];
       inv[r] = 1.0f / sqrtf(ss / static_cast<float>(K) + in.eps);
     }
   }
@@ -129,16 +136,16 @@ __global__ void __launch_bounds__(kThreads)
     if constexpr (kVec) {
       // 8 elements per step: one 16-byte store of BF16.
       const int n8 = K / 8;
-      for (int c0 = threadIdx.x; c0 < n8; c0 += kThreads * kStageUnroll) {
+      for (int c0 = threadIdx.x; c0 < n8; c0 += nthreads * kStageUnroll) {
         if constexpr (kMode == GemmInput::Bf16) {
           const uint4* x8 = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx);
           uint4 v[kStageUnroll];
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u)
-            if (c0 + u * kThreads < n8) v[u] = x8[c0 + u * kThreads];
+            if (c0 + u * nthreads < n8) v[u] = x8[c0 + u * nthreads];
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u)
-            if (c0 + u * kThreads < n8) reinterpret_cast<uint4*>(dst)[c0 + u * kThreads] = v[u];
+            if (c0 + u * nthreads < n8) reinterpret_cast<uint4*>(dst)[c0 + u * nthreads] = v[u];
         } else {
           const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
           // RmsNorm: (x, norm weight) pairs; SiluMul: (gate, up) pairs (up starts K floats on).
@@ -146,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
           float4 a[kStageUnroll][2], b[kStageUnroll][2];
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {
-            const int c = c0 + u * kThreads;
+            const int c = c0 + u * nthreads;
             if (c < n8) {
               a[u][0] = x4[2 * c];
               a[u][1] = x4[2 * c + 1];
@@ -156,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
           }
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {
-            const int c = c0 + u * kThreads;
+            const int c = c0 + u * nthreads;
             if (c < n8) {
               const float xs[8] = {a[u][0].x, a[u][0].y, a[u][0].z, a[u][0].w, a[u][1].x, a[u][1].y, a[u][1].z, a[u][1].w};
               const float ys[8] = {b[u][0].x, b[u][0].y, b[u][0].z, b[u][0].w, b[u][1].x, b[u][1].y, b[u][1].z, b[u][1].w};
@@ -181,15 +188,15 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       if constexpr (kMode == GemmInput::Bf16) {
         const bf16* x = static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx;
-        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = x[i];
+        for (int i = threadIdx.x; i < K; i += nthreads) dst[i] = x[i];
       } else if constexpr (kMode == GemmInput::RmsNorm) {
         const float* x = static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx;
-        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = __float2bfloat16(in.norm_w[i] * (x[i] * inv[r]));
+        for (int i = threadIdx.x; i < K; i += nthreads) dst[i] = __float2bfloat16(in.norm_w[i] * (x[i] * inv[r]));
       } else {
         const float* g = static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx;
-        for (int i = threadIdx.x; i < K; i += kThreads) dst[i] = __float2bfloat16(silu_mul(g[i], g[K + i]));
+        for (int i = threadIdx.x; i < K; i += nthreads) dst[i] = __float2bfloat16(silu_mul(g[i], g[K + i]));
       }
-      for (int i = K + threadIdx.x; i < Kp; i += kThreads) dst[i] = __float2bfloat16(0.0f);
+      for (int i = K + threadIdx.x; i < Kp; i += nthreads) dst[i] = __float2bfloat16(0.0f);
     }
   }
   __syncthreads();
@@ -199,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) best[r] = 0ull;
   for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-    const int n0 = g * kOutPerBlock + warp * kOutPerWarp;
+    const int n0 = g * out_per_block + warp * kOutPerWarp;
     if (n0 >= N) break;  // (later groups only go further past N)
     const int nw = min(kOutPerWarp, N - n0);
     float acc[kRowsPerBlock][kOutPerWarp];
@@ -299,22 +306,25 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (threadIdx.x < mr) {
       unsigned long long b = 0ull;
-      for (int w = 0; w < kWarps; ++w) b = best_w[w][threadIdx.x] > b ? best_w[w][threadIdx.x] : b;
+      for (int w = 0; w < nwarps; ++w) b = best_w[w][threadIdx.x] > b ? best_w[w][threadIdx.x] : b;
       if (b) atomicMax(argmax_keys + m0 + threadIdx.x, b);
     }
   }
 }
 
 template <int kMode, bool kVec, int kEpi>
-void launch_one(int groups, int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y,
-                int64_t ldy, int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu,
-                L2Prefetch next, cudaStream_t stream) {
+void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
+                int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
+                cudaStream_t stream) {
   auto kernel = gemm_rows_kernel<kMode, kVec, kEpi>;
+  const GemvShape shape = gemv_shape();
+  const int threads = 32 * shape.warps;
+  const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
   // Per instance (one device per process): the shared memory opted in so far, and the
-  // resident blocks per SM for each dynamic shared-memory size seen.
+  // resident blocks per SM for each (dynamic shared memory, block size) seen.
   thread_local size_t allowed = 0;
   thread_local int sms = 0;
-  thread_local std::vector<std::pair<size_t, int>> occ;
+  thread_local std::vector<std::pair<std::pair<size_t, int>, int>> occ;
   if (smem > 48 * 1024 && smem > allowed) {
     DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     allowed = smem;
@@ -325,26 +335,27 @@ void launch_one(int groups, int row_groups, size_t smem, const GemmInput& in, co
     DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   }
   int per_sm = 0;
-  for (const auto& [sz, n] : occ)
-    if (sz == smem) per_sm = n;
+  for (const auto& [key, n] : occ)
+    if (key.first == smem && key.second == threads) per_sm = n;
   if (per_sm == 0) {
-    DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     per_sm = std::max(per_sm, 1);
-    occ.emplace_back(smem, per_sm);
+    occ.push_back({{smem, threads}, per_sm});
   }
+  if (shape.blocks_per_sm > 0) per_sm = std::min(per_sm, shape.blocks_per_sm);
   // One resident wave of blocks per row group, each walking the same number of feature
   // groups (balanced): a function of the shape, never of the data.
   const int cap = std::max(1, per_sm * sms / std::max(1, std::min(row_groups, per_sm * sms)));
   const int per_block = (groups + cap - 1) / cap;
   const dim3 grid((groups + per_block - 1) / per_block, row_groups);
-  launch_pdl(kernel, grid, dim3(kThreads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
+  launch_pdl(kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
              ld_silu, next);
 }
 
 template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
             unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
-  const int groups = (N + kOutPerBlock - 1) / kOutPerBlock, row_groups = (M + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int row_groups = (M + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t smem = static_cast<size_t>(std::min(M, kRowsPerBlock)) * ((K + 7) & ~7) * sizeof(bf16);
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
   if (optin == 0) {
@@ -360,12 +371,41 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  if (vec) launch_one<kMode, true, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
-  else launch_one<kMode, false, kEpi>(groups, row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  if (vec) launch_one<kMode, true, kEpi>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else launch_one<kMode, false, kEpi>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
+GemvShape& shape_setting() {
+  static GemvShape shape = [] {
+    GemvShape g;
+    auto read = [](const char* name, int lo, int hi, int def) {
+      const char* e = std::getenv(name);
+      if (!e) return def;
+      char* end = nullptr;
+      const long v = std::strtol(e, &end, 10);
+      if (end == e || *end != '\0' || v < lo || v > hi)
+        throw Error(std::string(name) + " must be a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], not '" + e + "'");
+      return static_cast<int>(v);
+    };
+    g.warps = read("DSINFER_CUDA_GEMV_WARPS", 4, kMaxWarps, g.warps);
+    if (g.warps != 4 && g.warps != 8) throw Error("DSINFER_CUDA_GEMV_WARPS must be 4 or 8");
+    g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
+    return g;
+  }();
+  return shape;
+}
+
 }  // namespace
+
+GemvShape gemv_shape() { return shape_setting(); }
+
+void set_gemv_shape(GemvShape shape) {
+  if (shape.warps != 4 && shape.warps != 8) throw Error("CUDA GEMM: a block has 4 or 8 warps, not " + std::to_string(shape.warps));
+  if (shape.blocks_per_sm < 0) throw Error("CUDA GEMM: blocks per SM must be 0 (as many as fit) or more");
+  shape_setting() = shape;
+}
 
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
                cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {

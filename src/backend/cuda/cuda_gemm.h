@@ -89,6 +89,18 @@ void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
 // The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
                     cudaStream_t stream, L2Prefetch next = {});
+// The row kernel's launch shape: warps per block (4 or 8) and a cap on resident blocks per
+// SM (0: as many as fit). Each feature's dot product is one warp's, in the same lane order
+// whatever the shape, so the shape changes no bit (tests check it); it changes how often a
+// block stages A (once per block) against how many loads each SM keeps in flight. Read once
+// from DSINFER_CUDA_GEMV_WARPS / DSINFER_CUDA_GEMV_BLOCKS_PER_SM; set_gemv_shape() replaces
+// it for launches (and graph captures) that follow.
+struct GemvShape {
+  int warps = 4;
+  int blocks_per_sm = 0;
+};
+GemvShape gemv_shape();
+void set_gemv_shape(GemvShape shape);
 inline int32_t argmax_from_key(unsigned long long key) { return static_cast<int32_t>(0xffffffffu - (key & 0xffffffffu)); }
 inline void gemm_rows(const bf16* X, int64_t ldx, const bf16* W, int N, int K, float* Y, int64_t ldy, int M,
                       bool accumulate, cudaStream_t stream) {

@@ -185,6 +185,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   int64_t persistent_profiled_ = 0;
   double persistent_total_us_ = 0;
   void collect_persistent_timing();
+  bool fold_qk_ = true;  // options.fold_qk_decode, or DSINFER_CUDA_FOLD_QK over it
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
@@ -198,6 +199,11 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   void collect_marks(int rows);
   void print_profile() const;
   bool profile_ = false, capturing_ = false;
+  // DSINFER_CUDA_DIAG_OMIT (timing diagnostics only; outputs are wrong): per-layer kernels
+  // left out of the forward, so that a graph replay's time with and without one measures
+  // what that kernel costs inside the graph (Nsight Systems is not on the GPU machine).
+  unsigned diag_omit_ = 0;
+  enum : unsigned { kOmitQk = 1, kOmitAttn = 2, kOmitO = 4, kOmitGu = 8, kOmitDown = 16, kOmitQkv = 32 };
   // L2 prefetch plan of a decode step (DSINFER_CUDA_L2_PREFETCH="W,T", MB): while the q/k
   // kernel and attention run (latency-bound, the DRAM idles) the o projection's weights
   // and the first W MB of gate/up are asked into the L2; each GEMV's tail asks for the first
@@ -264,6 +270,24 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  if (const char* e = std::getenv("DSINFER_CUDA_DIAG_OMIT")) {
+    std::string list = e;
+    for (size_t b = 0; b <= list.size();) {
+      const size_t c = std::min(list.find(',', b), list.size());
+      const std::string k = list.substr(b, c - b);
+      if (k == "qk") diag_omit_ |= kOmitQk;
+      else if (k == "attn") diag_omit_ |= kOmitAttn;
+      else if (k == "o") diag_omit_ |= kOmitO;
+      else if (k == "gu") diag_omit_ |= kOmitGu;
+      else if (k == "down") diag_omit_ |= kOmitDown;
+      else if (k == "qkv") diag_omit_ |= kOmitQkv;
+      else if (!k.empty())
+        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down");
+      b = c + 1;
+    }
+    if (diag_omit_)
+      std::fprintf(stderr, "DSINFER_CUDA_DIAG_OMIT=%s: timing diagnostic, these kernels are left out and outputs are wrong\n", e);
+  }
   if (const char* e = std::getenv("DSINFER_CUDA_SAMPLING")) {
     if (std::string(e) != "0" && std::string(e) != "1")
       throw Error(std::string("DSINFER_CUDA_SAMPLING must be 0 or 1, not '") + e + "'");
@@ -367,6 +391,13 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   };
   host_embed_ = host_view("model.embed_tokens.weight");
   host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
+
+  fold_qk_ = opts.fold_qk_decode && cfg.head_dim % 8 == 0;
+  if (const char* e = std::getenv("DSINFER_CUDA_FOLD_QK")) {
+    if (std::string(e) != "0" && std::string(e) != "1")
+      throw Error(std::string("DSINFER_CUDA_FOLD_QK must be 0 or 1, not '") + e + "'");
+    fold_qk_ = std::string(e) == "1" && cfg.head_dim % 8 == 0;
+  }
 
   // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
   // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
@@ -622,14 +653,18 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   };
   const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
   const uint64_t o_tail = std::min(pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
+  // The q/k step folds into attention for one row (its key is the only new one of its slot),
+  // unless an L2 window prefetch rides on those two kernels.
+  const bool fold = fold_qk_ && T == 1 && pf_window_ == 0;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& W = layers_[l];
     const KVLayerView kvl = kv.layer(l);
     const bool last = l + 1 == cfg_.num_hidden_layers;
     const L2Prefetch after_down = last ? range(head_, 2ull * V * H, 0, pf_tail_) : range(layers_[l + 1].qkv, b_qkv, 0, pf_tail_);
     // The input RMSNorm, SwiGLU and the residual adds are fused into the GEMMs (cuda_gemm.h).
-    gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s, nullptr,
-               range(W.o, b_o, 0, o_tail));
+    if (!(diag_omit_ & kOmitQkv))
+      gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s, nullptr,
+                 range(W.o, b_o, 0, o_tail));
     if (W.qkv_bias) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
     mark("gemm qkv (+rmsnorm)");
     const L2Prefetch win_o = pf_window_ > 0 ? range(W.o, b_o, o_tail, b_o) : L2Prefetch{};
@@ -641,20 +676,31 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
       l2_prefetch(win_o, win_gu, 32, side_);
       DSINFER_CUDA_CHECK(cudaEventRecord(join_, side_));
     }
-    qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s,
-                       side ? L2Prefetch{} : win_o);
-    mark("qk norm + rope + kv store");
-    attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
-    mark("attention");
+    if (fold && !(diag_omit_ & kOmitAttn)) {
+      // One row: the q/k step runs in attention's prologue (same bits, one launch fewer).
+      attention_rows_fold_qk(qkv_, W.q_norm, W.k_norm, eps, cos_, sin_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s);
+      mark("q/k + attention");
+    } else if (!fold) {
+      if (!(diag_omit_ & kOmitQk))
+        qk_norm_rope_store(qkv_, T, NH, NKVH, D, W.q_norm, W.k_norm, eps, cos_, sin_, slot, pos, q_, kvl, s,
+                           side ? L2Prefetch{} : win_o);
+      mark("qk norm + rope + kv store");
+      if (!(diag_omit_ & kOmitAttn))
+        attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
+      mark("attention");
+    }
     if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
-    gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
-               range(W.gu, b_gu, gu_win, pf_tail_));
+    if (!(diag_omit_ & kOmitO))
+      gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
+                 range(W.gu, b_gu, gu_win, pf_tail_));
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
-    gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s,
-                    range(W.down, b_down, 0, pf_tail_));
+    if (!(diag_omit_ & kOmitGu))
+      gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s,
+                      range(W.down, b_down, 0, pf_tail_));
     mark("gemm gate|up (+rmsnorm, swiglu)");
-    gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
+    if (!(diag_omit_ & kOmitDown))
+      gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
     mark("gemm down (+= x)");
     capture(l);
   }
