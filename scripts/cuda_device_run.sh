@@ -26,7 +26,8 @@
 # device_tree.sh), one greedy completion over HTTP, $OUT/serve.log. "sampling": bench-engine
 # with sampled requests (temperature 0.8, top-p 0.9, plain decoding) on the same model with
 # DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
-# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json.
+# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json. TESTS: the test binaries the
+# "tests" step runs (default: all four). DECODE / PROMPT: bench-model's token counts.
 set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
@@ -57,7 +58,7 @@ if [[ " $STEPS " == *" env "* ]]; then
     "$DEV/dsinfer" check-env; echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
 fi
 if [[ " $STEPS " == *" tests "* ]]; then
-  for t in test_cuda_kernels test_cuda_model test_cuda_cli test_cuda_engine; do
+  for t in ${TESTS:-test_cuda_kernels test_cuda_model test_cuda_cli test_cuda_engine}; do
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi

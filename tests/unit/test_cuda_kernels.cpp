@@ -240,9 +240,10 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
   };
   for (int m : {1, M}) {
     const Out ref = run(GemvShape{}, m);
-    for (GemvShape shape : {GemvShape{8, 0}, GemvShape{8, 1}, GemvShape{4, 1}, GemvShape{4, 3}, GemvShape{8, 2}}) {
+    for (GemvShape shape : {GemvShape{8, 0, false}, GemvShape{8, 1, false}, GemvShape{4, 1, false}, GemvShape{4, 3, false},
+                            GemvShape{8, 2, false}, GemvShape{4, 0, true}, GemvShape{8, 0, true}, GemvShape{4, 1, true}}) {
       SCOPED_TRACE("rows " + std::to_string(m) + ", warps " + std::to_string(shape.warps) + ", blocks per SM " +
-                   std::to_string(shape.blocks_per_sm));
+                   std::to_string(shape.blocks_per_sm) + (shape.interleave ? ", interleaved" : ""));
       const Out o = run(shape, m);
       EXPECT_EQ(0, std::memcmp(o.y.data(), ref.y.data(), o.y.size() * sizeof(float)));
       EXPECT_EQ(o.keys, ref.keys);

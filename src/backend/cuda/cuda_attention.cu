@@ -51,11 +51,12 @@ __global__ void __launch_bounds__(kThreads)
                              bf16* __restrict__ out) {
   __shared__ detail::AttnShared sh;
   pdl_trigger();
-  pdl_wait();
+  // slot / pos come from the host before the forward's first kernel: readable before the wait.
   const int r = blockIdx.y, h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int s = slot[r], p = pos[r];
   bf16* o = out + (static_cast<int64_t>(r) * NH + h) * D;
   if (s < 0) {
+    pdl_wait();
     for (int d = threadIdx.x; d < D; d += kThreads) o[d] = __float2bfloat16(0.0f);
     return;
   }
@@ -67,31 +68,37 @@ __global__ void __launch_bounds__(kThreads)
     *cv = c[i];
     *sv = sn[i];
   };
-  if (warp == 0) {
-    const float* src = row + static_cast<int64_t>(h) * D;
-    detail::qk_norm_rope_head([&](int i) { return src[i]; }, q_norm, eps, D, cs, sh.qs, nullptr, lane);
-  } else if (warp == 1) {
-    const float* src = row + static_cast<int64_t>(NH + kvh) * D;
-    detail::qk_norm_rope_head([&](int i) { return src[i]; }, k_norm, eps, D, cs, nullptr,
-                              kv.k + kv_row_offset(kv, s, kvh, p, D), lane);
-  } else if (warp == 2) {
-    const float* src = row + static_cast<int64_t>(NH + NKVH + kvh) * D;
-    bf16* dst = kv.v + kv_row_offset(kv, s, kvh, p, D);
-    for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16(src[i]);
-  }
-  __syncthreads();  // q staged; this block's own K/V row written (visible to the block)
-  detail::attend_row_head<kPairs, true, kPaged>(kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x, [] {},
-                                                [] { __syncthreads(); });
+  // The first tile of old keys is loaded before the wait (those rows were in the cache
+  // before the kernel began); the q/k step runs in stage_q, after the wait; the fresh key
+  // (position p, written here) is loaded again after the barrier.
+  detail::attend_row_head<kPairs, true, kPaged>(
+      kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x,
+      [&] {
+        pdl_wait();
+        if (warp == 0) {
+          const float* src = row + static_cast<int64_t>(h) * D;
+          detail::qk_norm_rope_head([&](int i) { return src[i]; }, q_norm, eps, D, cs, sh.qs, nullptr, lane);
+        } else if (warp == 1) {
+          const float* src = row + static_cast<int64_t>(NH + kvh) * D;
+          detail::qk_norm_rope_head([&](int i) { return src[i]; }, k_norm, eps, D, cs, nullptr,
+                                    kv.k + kv_row_offset(kv, s, kvh, p, D), lane);
+        } else if (warp == 2) {
+          const float* src = row + static_cast<int64_t>(NH + NKVH + kvh) * D;
+          bf16* dst = kv.v + kv_row_offset(kv, s, kvh, p, D);
+          for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16(src[i]);
+        }
+      },
+      [] { __syncthreads(); }, p);
 }
 
 template <int kPairs, bool kPaged>
 void launch_layout(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot,
                    const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out, L2Prefetch pf) {
   if (D % 8 == 0)
-    launch_pdl(attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
+    launch_pdl(PdlSite::Attention, attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
                scale, out, pf);
   else
-    launch_pdl(attention_kernel<kPairs, false, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
+    launch_pdl(PdlSite::Attention, attention_kernel<kPairs, false, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
                scale, out, pf);
 }
 
@@ -107,10 +114,10 @@ void launch_fold(dim3 grid, cudaStream_t stream, const float* qkv, const float* 
                  const float* cos_t, const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos,
                  int NH, int NKVH, int D, float scale, bf16* out) {
   if (kv.table)
-    launch_pdl(attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
                sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
   else
-    launch_pdl(attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
                sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
 }
 

@@ -49,11 +49,13 @@ namespace dsinfer::cuda {
 // constant data (weights): the decode GEMMs issue their first weight loads there, so the
 // weight stream of one layer overlaps the tail of the kernel before. pdl_trigger() lets the
 // next kernel be scheduled once every block of this one has called it. Both are no-ops when
-// the kernel was launched without the attribute. Off unless DSINFER_CUDA_PDL=1: on the H200
-// it measured slower than plain stream order (docs/PERFORMANCE.md, CUDA section).
+// the kernel was launched without the attribute. Which launches use it: DSINFER_CUDA_PDL =
+// 0 (none), 1 (all) or a comma list of sites (gemv, attn, qk); the default is in
+// cuda_device.cpp (docs/PERFORMANCE.md has the measurements behind it).
 namespace dsinfer::cuda {
 
-bool pdl_enabled();  // cuda_device.cpp: sm_90+ and DSINFER_CUDA_PDL=1
+enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
+bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected
 
 #ifdef __CUDACC__
 __device__ __forceinline__ void pdl_wait() {
@@ -68,7 +70,8 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 template <typename... KArgs, typename... Args>
-void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+void launch_pdl(PdlSite site, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -78,7 +81,7 @@ void launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cu
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl_enabled(site) ? 1 : 0;
   DSINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
 }
 #endif  // __CUDACC__

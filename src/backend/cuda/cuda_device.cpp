@@ -65,21 +65,40 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes, int reps, int device) {
 
 namespace cuda {
 
-bool pdl_enabled() {
-  static const bool on = [] {
-    // Opt-in: measured slower than plain stream order on the H200 (docs/PERFORMANCE.md).
+// Launches with programmatic dependent launch unless DSINFER_CUDA_PDL says otherwise: none
+// (all of them measured slower than plain stream order on the H200, docs/PERFORMANCE.md).
+constexpr unsigned kPdlDefaultSites = 0;
+
+bool pdl_enabled(PdlSite site) {
+  static const unsigned mask = [] {
     const char* e = std::getenv("DSINFER_CUDA_PDL");
-    if (e && std::string(e) != "0" && std::string(e) != "1")
-      throw Error(std::string("DSINFER_CUDA_PDL must be 0 or 1, not '") + e + "'");
-    if (!e || std::string(e) != "1") return false;
+    unsigned m = kPdlDefaultSites;
+    if (e) {
+      const std::string v = e;
+      if (v == "0") m = 0;
+      else if (v == "1") m = ~0u;
+      else {
+        m = 0;
+        for (size_t b = 0; b <= v.size();) {
+          const size_t c = std::min(v.find(',', b), v.size());
+          const std::string k = v.substr(b, c - b);
+          if (k == "gemv") m |= static_cast<unsigned>(PdlSite::Gemv);
+          else if (k == "attn") m |= static_cast<unsigned>(PdlSite::Attention);
+          else if (k == "qk") m |= static_cast<unsigned>(PdlSite::QkStep);
+          else throw Error("DSINFER_CUDA_PDL must be 0, 1 or a comma list of gemv, attn, qk, not '" + v + "'");
+          b = c + 1;
+        }
+      }
+    }
+    if (m == 0) return 0u;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
       cudaGetLastError();
-      return false;
+      return 0u;
     }
-    return major >= 9;
+    return major >= 9 ? m : 0u;
   }();
-  return on;
+  return (mask & static_cast<unsigned>(site)) != 0;
 }
 
 }  // namespace cuda

@@ -53,8 +53,13 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // pairs (2i, 2i + 1) are (gate_i, up_i) and the epilogue writes silu_out[m, i] =
 // bf16(silu(gate) * up) instead of Y.
 //
-// A block stages its rows of A once and then walks feature groups g = blockIdx.x,
-// blockIdx.x + gridDim.x, ... (the grid is sized so every block is resident: one wave). The
+// A block stages its rows of A once; then each warp walks its own feature pairs j = base,
+// base + S, base + 2S, ... (S = gridDim.x * warps; features 2j, 2j + 1). Grouped (base =
+// blockIdx.x * warps + warp): a block takes whole groups of adjacent pairs. Interleaved
+// (base = warp * gridDim.x + blockIdx.x): the grid is every resident slot and a block's pairs
+// are spread, so that blocks, and so SMs, get shares within one pair of each other when the
+// pairs are few (N = 2560 over 132 SMs). Which warp computes a feature changes no bit. The
+// grid is sized so every block is resident: one wave. The
 // weights are constant, so each warp issues its first batch of weight loads before the PDL
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
@@ -62,7 +67,7 @@ template <int kMode, bool kVec, int kEpi>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
-                     int64_t ld_silu, L2Prefetch next) {
+                     int64_t ld_silu, L2Prefetch next, int interleave) {
   constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
@@ -73,11 +78,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int m0 = blockIdx.y * kRowsPerBlock;
   const int mr = min(kRowsPerBlock, M - m0);
   const int Kp = (K + 7) & ~7;
-  const int groups = (N + out_per_block - 1) / out_per_block;
-  const int n_step = gridDim.x * out_per_block;
+  const int pair_base = interleave ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
+  const int n_step = gridDim.x * out_per_block;  // features between a warp's pairs
 
   uint4 wv[kUnroll][kOutPerWarp];
-  if constexpr (kVec) load_batch(wv, W, N, K, blockIdx.x * out_per_block + warp * kOutPerWarp, lane);
+  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
@@ -205,9 +210,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   unsigned long long best[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) best[r] = 0ull;
-  for (int g = blockIdx.x; g < groups; g += gridDim.x) {
-    const int n0 = g * out_per_block + warp * kOutPerWarp;
-    if (n0 >= N) break;  // (later groups only go further past N)
+  for (int n0 = pair_base * kOutPerWarp;; n0 += n_step) {
+    if (n0 >= N) break;  // (later pairs only go further past N)
     const int nw = min(kOutPerWarp, N - n0);
     float acc[kRowsPerBlock][kOutPerWarp];
 #pragma unroll
@@ -347,9 +351,10 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   // groups (balanced): a function of the shape, never of the data.
   const int cap = std::max(1, per_sm * sms / std::max(1, std::min(row_groups, per_sm * sms)));
   const int per_block = (groups + cap - 1) / cap;
-  const dim3 grid((groups + per_block - 1) / per_block, row_groups);
-  launch_pdl(kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
-             ld_silu, next);
+  const int pairs = (N + kOutPerWarp - 1) / kOutPerWarp;
+  const dim3 grid(shape.interleave ? std::min(cap, pairs) : (groups + per_block - 1) / per_block, row_groups);
+  launch_pdl(PdlSite::Gemv, kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
+             ld_silu, next, shape.interleave ? 1 : 0);
 }
 
 template <int kMode, int kEpi>
@@ -392,6 +397,7 @@ GemvShape& shape_setting() {
     g.warps = read("DSINFER_CUDA_GEMV_WARPS", 4, kMaxWarps, g.warps);
     if (g.warps != 4 && g.warps != 8) throw Error("DSINFER_CUDA_GEMV_WARPS must be 4 or 8");
     g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
+    g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     return g;
   }();
   return shape;

@@ -89,15 +89,18 @@ void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
 // The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
                     cudaStream_t stream, L2Prefetch next = {});
-// The row kernel's launch shape: warps per block (4 or 8) and a cap on resident blocks per
-// SM (0: as many as fit). Each feature's dot product is one warp's, in the same lane order
-// whatever the shape, so the shape changes no bit (tests check it); it changes how often a
-// block stages A (once per block) against how many loads each SM keeps in flight. Read once
-// from DSINFER_CUDA_GEMV_WARPS / DSINFER_CUDA_GEMV_BLOCKS_PER_SM; set_gemv_shape() replaces
-// it for launches (and graph captures) that follow.
+// The row kernel's launch shape: warps per block (4 or 8), a cap on resident blocks per SM
+// (0: as many as fit) and how feature pairs are dealt to warps (grouped: a block takes
+// adjacent pairs; interleaved: spread over every resident block, for balance when pairs are
+// few). Each feature's dot product is one warp's, in the same lane order whatever the shape,
+// so the shape changes no bit (tests check it); it changes how often a block stages A (once
+// per block), how many loads each SM keeps in flight and how evenly SMs are loaded. Read
+// once from DSINFER_CUDA_GEMV_WARPS / _BLOCKS_PER_SM / _INTERLEAVE; set_gemv_shape()
+// replaces it for launches (and graph captures) that follow.
 struct GemvShape {
   int warps = 4;
   int blocks_per_sm = 0;
+  bool interleave = false;
 };
 GemvShape gemv_shape();
 void set_gemv_shape(GemvShape shape);

@@ -207,7 +207,7 @@ void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const 
   if (T <= 0) return;
   const int heads_per_block = 4;
   dim3 grid(T, (NH + 2 * NKVH + heads_per_block - 1) / heads_per_block);
-  launch_pdl(qk_norm_rope_store_kernel, grid, dim3(32 * heads_per_block), 0, stream, qkv, T, NH, NKVH, D, q_norm, k_norm,
+  launch_pdl(PdlSite::QkStep, qk_norm_rope_store_kernel, grid, dim3(32 * heads_per_block), 0, stream, qkv, T, NH, NKVH, D, q_norm, k_norm,
              eps, cos_t, sin_t, slot, pos, q_out, kv, prefetch);
   DSINFER_CUDA_LAUNCHED("qk_norm_rope_store_kernel");
 }
