@@ -50,6 +50,7 @@ __global__ void __launch_bounds__(kThreads)
                              const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale,
                              bf16* __restrict__ out) {
   __shared__ detail::AttnShared sh;
+  __shared__ __align__(16) bf16 fresh_kv[2 * kMaxD];  // the new K row, then V row (BF16, as cached)
   pdl_trigger();
   // slot / pos come from the host before the forward's first kernel: readable before the wait.
   const int r = blockIdx.y, h = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -69,8 +70,9 @@ __global__ void __launch_bounds__(kThreads)
     *sv = sn[i];
   };
   // The first tile of old keys is loaded before the wait (those rows were in the cache
-  // before the kernel began); the q/k step runs in stage_q, after the wait; the fresh key
-  // (position p, written here) is loaded again after the barrier.
+  // before the kernel began); the q/k step runs in stage_q, after the wait, and leaves the
+  // new K/V rows (position p) in shared memory too, from where the warp holding key p takes
+  // them after the barrier.
   detail::attend_row_head<kPairs, true, kPaged>(
       kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x,
       [&] {
@@ -80,15 +82,21 @@ __global__ void __launch_bounds__(kThreads)
           detail::qk_norm_rope_head([&](int i) { return src[i]; }, q_norm, eps, D, cs, sh.qs, nullptr, lane);
         } else if (warp == 1) {
           const float* src = row + static_cast<int64_t>(NH + kvh) * D;
-          detail::qk_norm_rope_head([&](int i) { return src[i]; }, k_norm, eps, D, cs, nullptr,
-                                    kv.k + kv_row_offset(kv, s, kvh, p, D), lane);
+          bf16* dst = kv.k + kv_row_offset(kv, s, kvh, p, D);
+          detail::qk_norm_rope_head([&](int i) { return src[i]; }, k_norm, eps, D, cs, nullptr, fresh_kv, lane);
+          __syncwarp();
+          for (int i = lane; i < D; i += 32) dst[i] = fresh_kv[i];
         } else if (warp == 2) {
           const float* src = row + static_cast<int64_t>(NH + NKVH + kvh) * D;
           bf16* dst = kv.v + kv_row_offset(kv, s, kvh, p, D);
-          for (int i = lane; i < D; i += 32) dst[i] = __float2bfloat16(src[i]);
+          for (int i = lane; i < D; i += 32) {
+            const bf16 v = __float2bfloat16(src[i]);
+            fresh_kv[D + i] = v;
+            dst[i] = v;
+          }
         }
       },
-      [] { __syncthreads(); }, p);
+      [] { __syncthreads(); }, p, fresh_kv);
 }
 
 template <int kPairs, bool kPaged>

@@ -86,12 +86,13 @@ struct AttnShared {
 // row, and the V rows of a tile take their offsets from the lanes by shuffle. Same
 // arithmetic in the same order as the dense layout, so the same bits.
 // fresh (>= 0): a key whose K/V rows stage_q() itself writes; the first tile's loads go out
-// before stage_q(), so that key's rows are loaded again after sync() (the rest of the tile
-// was in the cache before the kernel began).
+// before stage_q(), so that key's rows are taken again after sync(), from fresh_kv (shared
+// memory: its K row then its V row, D BF16 values each, the bits stored in the cache) when
+// given, else from the cache (the rest of the tile was in the cache before the kernel began).
 template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync>
 __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, int n_keys, int kvh, int D, float scale,
                                                 bf16* __restrict__ o, AttnShared& sh, int tid, StageQ stage_q,
-                                                Sync sync, int fresh = -1) {
+                                                Sync sync, int fresh = -1, const bf16* fresh_kv = nullptr) {
   constexpr int kWarps = kAttnWarps;
   constexpr int kThreads = 32 * kWarps;
   const int lane = tid & 31, warp = tid >> 5;
@@ -144,19 +145,21 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
     const int u = fresh - k0;
     if constexpr (kVec) {
       if (lane == u) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(fresh) * D));
+        const uint4* k4 = fresh_kv ? reinterpret_cast<const uint4*>(fresh_kv)
+                                   : reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(fresh) * D));
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
           if (c < D / 8) kr[c] = k4[c];
       }
     }
     const int64_t off = key_row(k0, u);
+    const uint32_t* v2 = fresh_kv ? reinterpret_cast<const uint32_t*>(fresh_kv + D) : reinterpret_cast<const uint32_t*>(V + off);
 #pragma unroll
     for (int uu = 0; uu < kVKeys; ++uu)
       if (uu == u)
 #pragma unroll
         for (int i = 0; i < kPairs; ++i)
-          if (2 * (lane + 32 * i) < D) vr[uu][i] = reinterpret_cast<const uint32_t*>(V + off)[lane + 32 * i];
+          if (2 * (lane + 32 * i) < D) vr[uu][i] = v2[lane + 32 * i];
   }
   const float* qs = sh.qs;
 

@@ -213,6 +213,11 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // after the QKV GEMM, joined before the o GEMM) instead of extra work in the q/k kernel and
   // attention, which measured slower with it (docs/PERFORMANCE.md).
   uint64_t pf_window_ = 0, pf_tail_ = 0;
+  // The QKV GEMM's tail prefetch of the o projection (DSINFER_CUDA_L2_PREFETCH_O, MB; the
+  // tail T when unset): the o weights (21 MB for the 4B shape) fit the L2 and the DRAM would
+  // otherwise idle while the latency-bound attention kernel runs.
+  uint64_t pf_o_tail_ = 0;
+  bool pf_o_set_ = false;
   bool pf_side_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
@@ -308,6 +313,14 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0) & ~uint64_t(16383);
     pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0) & ~uint64_t(16383);
     pf_side_ = side == 1 && pf_window_ > 0;
+    if (const char* e = std::getenv("DSINFER_CUDA_L2_PREFETCH_O")) {
+      char* end = nullptr;
+      const double mb = std::strtod(e, &end);
+      if (end == e || *end != '\0' || !(mb >= 0.0) || mb > 4096.0)
+        throw Error(std::string("DSINFER_CUDA_L2_PREFETCH_O must be a size in MB (0 to 4096), not '") + e + "'");
+      pf_o_tail_ = static_cast<uint64_t>(mb * 1048576.0) & ~uint64_t(16383);
+      pf_o_set_ = true;
+    }
   }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
   DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -643,7 +656,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   capture(-1);
   mark("embed+rope");
   // L2 prefetch ranges (see pf_window_): [first, first + bytes) of a matrix, clamped to it.
-  const bool pf = T <= kPrefetchRows && (pf_window_ > 0 || pf_tail_ > 0);
+  const bool pf = T <= kPrefetchRows && (pf_window_ > 0 || pf_tail_ > 0 || pf_o_tail_ > 0);
   auto range = [&](const bf16* w, uint64_t size, uint64_t first, uint64_t bytes) {
     L2Prefetch r;
     if (!pf || first >= size || bytes == 0) return r;
@@ -652,7 +665,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     return r;
   };
   const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
-  const uint64_t o_tail = std::min(pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
+  const uint64_t o_tail = std::min(pf_o_set_ ? pf_o_tail_ : pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
   // The q/k step folds into attention for one row (its key is the only new one of its slot),
   // unless an L2 window prefetch rides on those two kernels.
   const bool fold = fold_qk_ && T == 1 && pf_window_ == 0;
