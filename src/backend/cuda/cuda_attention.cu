@@ -48,7 +48,14 @@ __global__ void __launch_bounds__(kThreads)
                              const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
                              const float* __restrict__ sin_t, KVLayerView kv, const int32_t* __restrict__ slot,
                              const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale,
-                             bf16* __restrict__ out) {
+                             bf16* __restrict__ out, unsigned long long* __restrict__ timing) {
+  unsigned long long* stamp = timing && blockIdx.y == 0 && threadIdx.x == 0 ? timing + 4 * blockIdx.x : nullptr;
+  auto now = [] {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  };
+  if (stamp) stamp[0] = now();
   __shared__ detail::AttnShared sh;
   __shared__ __align__(16) bf16 fresh_kv[2 * kMaxD];  // the new K row, then V row (BF16, as cached)
   pdl_trigger();
@@ -77,9 +84,11 @@ __global__ void __launch_bounds__(kThreads)
       kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x,
       [&] {
         pdl_wait();
+        if (stamp) stamp[1] = now();
         if (warp == 0) {
           const float* src = row + static_cast<int64_t>(h) * D;
           detail::qk_norm_rope_head([&](int i) { return src[i]; }, q_norm, eps, D, cs, sh.qs, nullptr, lane);
+          if (stamp) stamp[2] = now();
         } else if (warp == 1) {
           const float* src = row + static_cast<int64_t>(NH + kvh) * D;
           bf16* dst = kv.k + kv_row_offset(kv, s, kvh, p, D);
@@ -97,6 +106,7 @@ __global__ void __launch_bounds__(kThreads)
         }
       },
       [] { __syncthreads(); }, p, fresh_kv);
+  if (stamp) stamp[3] = now();
 }
 
 template <int kPairs, bool kPaged>
@@ -120,28 +130,28 @@ void launch(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, cons
 template <int kPairs>
 void launch_fold(dim3 grid, cudaStream_t stream, const float* qkv, const float* q_norm, const float* k_norm, float eps,
                  const float* cos_t, const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos,
-                 int NH, int NKVH, int D, float scale, bf16* out) {
+                 int NH, int NKVH, int D, float scale, bf16* out, unsigned long long* timing) {
   if (kv.table)
     launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
-               sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
   else
     launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
-               sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
 }
 
 }  // namespace
 
 void attention_rows_fold_qk(const float* qkv, const float* q_norm, const float* k_norm, float eps, const float* cos_t,
                             const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH,
-                            int NKVH, int D, float scale, bf16* out, cudaStream_t stream) {
+                            int NKVH, int D, float scale, bf16* out, cudaStream_t stream, unsigned long long* timing) {
   if (T <= 0) return;
   if (D > kMaxD || D % 8 != 0 || NKVH <= 0 || NH % NKVH != 0)
     throw Error("CUDA attention (q/k folded): head_dim " + std::to_string(D) + " / heads " + std::to_string(NH) +
                 " / kv heads " + std::to_string(NKVH) + " not supported (head_dim a multiple of 8, <= 256)");
   const dim3 grid(NH, T);
-  if (D <= 64) launch_fold<1>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
-  else if (D <= 128) launch_fold<2>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
-  else launch_fold<4>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out);
+  if (D <= 64) launch_fold<1>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
+  else if (D <= 128) launch_fold<2>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
+  else launch_fold<4>(grid, stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
   DSINFER_CUDA_LAUNCHED("attention_fold_qk_kernel");
 }
 

@@ -185,6 +185,17 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   int64_t persistent_profiled_ = 0;
   double persistent_total_us_ = 0;
   void collect_persistent_timing();
+  // DSINFER_CUDA_ATTN_PROFILE=1: the folded attention kernel of every layer stamps its blocks
+  // (entry, after the wait, q staged, done; cuda_attention.h); per one-row forward the host
+  // sums the kernel's span (first entry to last done) and the time from one layer's last
+  // done to the next layer's first entry (o, gate/up, down and QKV GEMMs with their launch
+  // gaps), printed at exit: an in-graph timeline without Nsight Systems.
+  unsigned long long* attn_timing_ = nullptr;
+  struct AttnStat {
+    double span_us = 0, wait_us = 0, q_us = 0, work_us = 0, between_us = 0;
+    int64_t forwards = 0, layers = 0, gaps = 0;
+  } attn_stat_;
+  void collect_attn_timing();
   bool fold_qk_ = true;  // options.fold_qk_decode, or DSINFER_CUDA_FOLD_QK over it
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
@@ -203,7 +214,8 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // left out of the forward, so that a graph replay's time with and without one measures
   // what that kernel costs inside the graph (Nsight Systems is not on the GPU machine).
   unsigned diag_omit_ = 0;
-  enum : unsigned { kOmitQk = 1, kOmitAttn = 2, kOmitO = 4, kOmitGu = 8, kOmitDown = 16, kOmitQkv = 32 };
+  // "+empty" adds an empty kernel (32 blocks x 256 threads) after attention in every layer.
+  enum : unsigned { kOmitQk = 1, kOmitAttn = 2, kOmitO = 4, kOmitGu = 8, kOmitDown = 16, kOmitQkv = 32, kAddEmpty = 64 };
   // L2 prefetch plan of a decode step (DSINFER_CUDA_L2_PREFETCH="W,T", MB): while the q/k
   // kernel and attention run (latency-bound, the DRAM idles) the o projection's weights
   // and the first W MB of gate/up are asked into the L2; each GEMV's tail asks for the first
@@ -286,8 +298,9 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       else if (k == "gu") diag_omit_ |= kOmitGu;
       else if (k == "down") diag_omit_ |= kOmitDown;
       else if (k == "qkv") diag_omit_ |= kOmitQkv;
+      else if (k == "+empty") diag_omit_ |= kAddEmpty;
       else if (!k.empty())
-        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down");
+        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down, +empty");
       b = c + 1;
     }
     if (diag_omit_)
@@ -430,6 +443,8 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       std::fprintf(stderr, "dsinfer: persistent decode off: %s\n", why);
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
+  if (fold_qk_ && std::getenv("DSINFER_CUDA_ATTN_PROFILE"))
+    attn_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * cfg.num_attention_heads * 4);
   if (persistent_ && std::getenv("DSINFER_CUDA_PERSISTENT_PROFILE")) {
     const int max_ops = 2 + 5 * cfg.num_hidden_layers;
     persistent_timing_ = weights_.alloc<unsigned long long>(1 + max_ops + static_cast<size_t>(max_ops) * persistent_decode_grid());
@@ -466,6 +481,37 @@ void CudaQwen3Model::collect_persistent_timing() {
   }
   persistent_total_us_ += (static_cast<double>(t[1 + n + static_cast<size_t>(n - 1) * G]) - static_cast<double>(t[0])) / 1e3;
   ++persistent_profiled_;
+}
+
+void CudaQwen3Model::collect_attn_timing() {
+  const int L = cfg_.num_hidden_layers, NH = cfg_.num_attention_heads;
+  std::vector<unsigned long long> t(static_cast<size_t>(L) * NH * 4);
+  DSINFER_CUDA_CHECK(cudaMemcpy(t.data(), attn_timing_, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+  double prev_done = 0;
+  for (int l = 0; l < L; ++l) {
+    const unsigned long long* b = t.data() + static_cast<size_t>(l) * NH * 4;
+    double first = 1e300, last = 0, wait = 0, q = 0, work = 0;
+    for (int h = 0; h < NH; ++h) {
+      const double e = static_cast<double>(b[4 * h]), w = static_cast<double>(b[4 * h + 1]);
+      const double qs = static_cast<double>(b[4 * h + 2]), d = static_cast<double>(b[4 * h + 3]);
+      first = std::min(first, e);
+      last = std::max(last, d);
+      wait += w - e;
+      q += qs - w;
+      work += d - w;
+    }
+    attn_stat_.span_us += (last - first) / 1e3;
+    attn_stat_.wait_us += wait / NH / 1e3;
+    attn_stat_.q_us += q / NH / 1e3;
+    attn_stat_.work_us += work / NH / 1e3;
+    ++attn_stat_.layers;
+    if (l > 0) {
+      attn_stat_.between_us += (first - prev_done) / 1e3;
+      ++attn_stat_.gaps;
+    }
+    prev_done = last;
+  }
+  ++attn_stat_.forwards;
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -691,7 +737,8 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     }
     if (fold && !(diag_omit_ & kOmitAttn)) {
       // One row: the q/k step runs in attention's prologue (same bits, one launch fewer).
-      attention_rows_fold_qk(qkv_, W.q_norm, W.k_norm, eps, cos_, sin_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s);
+      attention_rows_fold_qk(qkv_, W.q_norm, W.k_norm, eps, cos_, sin_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s,
+                             attn_timing_ ? attn_timing_ + static_cast<size_t>(l) * NH * 4 : nullptr);
       mark("q/k + attention");
     } else if (!fold) {
       if (!(diag_omit_ & kOmitQk))
@@ -702,6 +749,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
         attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
       mark("attention");
     }
+    if (diag_omit_ & kAddEmpty) empty_launch(32, 256, s);
     if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
     if (!(diag_omit_ & kOmitO))
       gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
@@ -760,6 +808,17 @@ void CudaQwen3Model::print_profile() const {
     for (const auto& [name, st] : persistent_stats_)
       std::fprintf(stderr, "  %-28s %12.1f %12.1f %12.1f %12.1f\n", name.c_str(), st.phase_us * f, st.mean_work_us * f,
                    st.max_work_us * f, st.barrier_us * f);
+  }
+  if (attn_stat_.layers > 0) {
+    const double fl = 1.0 / static_cast<double>(attn_stat_.layers);
+    std::fprintf(stderr,
+                 "DSINFER_CUDA_ATTN_PROFILE: %lld one-row forwards; folded attention per layer: span %.2f us (first "
+                 "block in to last block done), mean block: %.2f us in before the wait returned, %.2f us to q staged, "
+                 "%.2f us from the wait to done; last attention block done to the next layer's first one in "
+                 "(o, gate/up, down, QKV): %.2f us\n",
+                 static_cast<long long>(attn_stat_.forwards), attn_stat_.span_us * fl, attn_stat_.wait_us * fl,
+                 attn_stat_.q_us * fl, attn_stat_.work_us * fl,
+                 attn_stat_.gaps ? attn_stat_.between_us / static_cast<double>(attn_stat_.gaps) : 0.0);
   }
   if (!profile_ || stage_ms_.empty()) return;
   std::fprintf(stderr, "DSINFER_CUDA_PROFILE (eager, CUDA events between stages; per forward):\n");
@@ -925,6 +984,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_marks(static_cast<int>(T));
   if (persistent_timing_ && persistent_ && rows == 1 && lrows <= 1) collect_persistent_timing();
+  if (attn_timing_ && T == 1 && !(persistent_ && lrows <= 1)) collect_attn_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
