@@ -13,6 +13,7 @@ namespace {
 constexpr int kWarps = kAttnWarps;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kMaxD = detail::kAttnMaxD;
+constexpr int kStamps = kAttnProfileStamps;
 
 // One block per (row, q head); the arithmetic is detail::attend_row_head
 // (cuda_attention_impl.cuh), shared with the persistent decode kernel.
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
                              const float* __restrict__ sin_t, KVLayerView kv, const int32_t* __restrict__ slot,
                              const int32_t* __restrict__ pos, int NH, int NKVH, int D, float scale,
                              bf16* __restrict__ out, unsigned long long* __restrict__ timing) {
-  unsigned long long* stamp = timing && blockIdx.y == 0 && threadIdx.x == 0 ? timing + 4 * blockIdx.x : nullptr;
+  unsigned long long* stamp = timing && blockIdx.y == 0 && threadIdx.x == 0 ? timing + kStamps * blockIdx.x : nullptr;
   auto now = [] {
     unsigned long long t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       },
-      [] { __syncthreads(); }, p, fresh_kv);
+      [] { __syncthreads(); }, p, fresh_kv, stamp ? stamp + 4 : nullptr);
   if (stamp) stamp[3] = now();
 }
 

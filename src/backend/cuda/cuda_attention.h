@@ -43,7 +43,10 @@ void attention_rows_fold_qk(const float* qkv, const float* q_norm, const float* 
                             const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos, int T, int NH,
                             int NKVH, int D, float scale, bf16* out, cudaStream_t stream,
                             unsigned long long* timing = nullptr);
-// timing (profiling, DSINFER_CUDA_ATTN_PROFILE): per block of row 0, 4 %globaltimer stamps
-// (ns): entry, after the PDL wait, q staged (thread 0), done.
+// timing (profiling, DSINFER_CUDA_ATTN_PROFILE): per block of row 0, kAttnProfileStamps
+// %globaltimer stamps (ns) taken by thread 0: entry, after the PDL wait, q staged, done,
+// then after the prologue barrier, first tile's scores, first tile's V sums, the combine
+// barrier.
+constexpr int kAttnProfileStamps = 8;
 
 }  // namespace dsinfer::cuda

@@ -92,7 +92,17 @@ struct AttnShared {
 template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync>
 __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, int n_keys, int kvh, int D, float scale,
                                                 bf16* __restrict__ o, AttnShared& sh, int tid, StageQ stage_q,
-                                                Sync sync, int fresh = -1, const bf16* fresh_kv = nullptr) {
+                                                Sync sync, int fresh = -1, const bf16* fresh_kv = nullptr,
+                                                unsigned long long* stamp = nullptr) {
+  // Profiling (stamp non-null in thread 0 only): %globaltimer after the barrier, the scores,
+  // the V sums and the warps' combine barrier.
+  auto mark = [&](int k) {
+    if (stamp) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      stamp[k] = t;
+    }
+  };
   constexpr int kWarps = kAttnWarps;
   constexpr int kThreads = 32 * kWarps;
   const int lane = tid & 31, warp = tid >> 5;
@@ -162,6 +172,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
           if (2 * (lane + 32 * i) < D) vr[uu][i] = v2[lane + 32 * i];
   }
   const float* qs = sh.qs;
+  mark(0);
 
   float m = -INFINITY, l = 0.0f;
   float acc[2 * kPairs];
@@ -191,6 +202,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
         for (int i = 0; i < D; ++i) dot = fmaf(qs[i], __bfloat162float(kj[i]), dot);
       }
     }
+    if (t0 == k0) mark(1);
     const float sc = valid ? dot * scale : -INFINITY;
     // Online softmax over the tile (lane 0's key is always valid: the max is finite).
     const float m_new = fmaxf(m, attn_warp_max(sc));
@@ -218,6 +230,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
           }
     }
     m = m_new;
+    if (t0 == k0) mark(2);
   }
   // The warps' (max, sum, V sum), combined in warp order (warps without keys add nothing).
   if (lane == 0) {
@@ -233,6 +246,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
     }
   }
   sync();
+  mark(3);
   float mx = sh.wm[0];
   for (int w = 1; w < kWarps; ++w) mx = fmaxf(mx, sh.wm[w]);
   float f[kWarps];

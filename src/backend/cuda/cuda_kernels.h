@@ -105,7 +105,7 @@ void qk_norm_rope_store(const float* qkv, int T, int NH, int NKVH, int D, const 
 // attention instead of inside them.
 void l2_prefetch(L2Prefetch a, L2Prefetch b, int blocks, cudaStream_t stream);
 
-// A kernel that does nothing (DSINFER_CUDA_DIAG_OMIT=+empty: what one more launch costs in
+// A kernel that does nothing (DSINFER_CUDA_DIAG_OMIT=add-empty: what one more launch costs in
 // a decode step's graph).
 void empty_launch(int blocks, int threads, cudaStream_t stream);
 

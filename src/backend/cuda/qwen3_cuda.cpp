@@ -192,7 +192,8 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // gaps), printed at exit: an in-graph timeline without Nsight Systems.
   unsigned long long* attn_timing_ = nullptr;
   struct AttnStat {
-    double span_us = 0, wait_us = 0, q_us = 0, work_us = 0, between_us = 0;
+    double span_us = 0, between_us = 0;
+    double step_us[7] = {};  // thread 0's steps, mean over blocks (collect_attn_timing)
     int64_t forwards = 0, layers = 0, gaps = 0;
   } attn_stat_;
   void collect_attn_timing();
@@ -214,7 +215,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // left out of the forward, so that a graph replay's time with and without one measures
   // what that kernel costs inside the graph (Nsight Systems is not on the GPU machine).
   unsigned diag_omit_ = 0;
-  // "+empty" adds an empty kernel (32 blocks x 256 threads) after attention in every layer.
+  // "add-empty" adds an empty kernel (32 blocks x 256 threads) after attention in every layer.
   enum : unsigned { kOmitQk = 1, kOmitAttn = 2, kOmitO = 4, kOmitGu = 8, kOmitDown = 16, kOmitQkv = 32, kAddEmpty = 64 };
   // L2 prefetch plan of a decode step (DSINFER_CUDA_L2_PREFETCH="W,T", MB): while the q/k
   // kernel and attention run (latency-bound, the DRAM idles) the o projection's weights
@@ -298,9 +299,9 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       else if (k == "gu") diag_omit_ |= kOmitGu;
       else if (k == "down") diag_omit_ |= kOmitDown;
       else if (k == "qkv") diag_omit_ |= kOmitQkv;
-      else if (k == "+empty") diag_omit_ |= kAddEmpty;
+      else if (k == "add-empty") diag_omit_ |= kAddEmpty;
       else if (!k.empty())
-        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down, +empty");
+        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down, add-empty");
       b = c + 1;
     }
     if (diag_omit_)
@@ -444,7 +445,8 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
   if (fold_qk_ && std::getenv("DSINFER_CUDA_ATTN_PROFILE"))
-    attn_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * cfg.num_attention_heads * 4);
+    attn_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * cfg.num_attention_heads *
+                                                       kAttnProfileStamps);
   if (persistent_ && std::getenv("DSINFER_CUDA_PERSISTENT_PROFILE")) {
     const int max_ops = 2 + 5 * cfg.num_hidden_layers;
     persistent_timing_ = weights_.alloc<unsigned long long>(1 + max_ops + static_cast<size_t>(max_ops) * persistent_decode_grid());
@@ -484,26 +486,23 @@ void CudaQwen3Model::collect_persistent_timing() {
 }
 
 void CudaQwen3Model::collect_attn_timing() {
-  const int L = cfg_.num_hidden_layers, NH = cfg_.num_attention_heads;
-  std::vector<unsigned long long> t(static_cast<size_t>(L) * NH * 4);
+  const int L = cfg_.num_hidden_layers, NH = cfg_.num_attention_heads, S = kAttnProfileStamps;
+  std::vector<unsigned long long> t(static_cast<size_t>(L) * NH * S);
   DSINFER_CUDA_CHECK(cudaMemcpy(t.data(), attn_timing_, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
   double prev_done = 0;
   for (int l = 0; l < L; ++l) {
-    const unsigned long long* b = t.data() + static_cast<size_t>(l) * NH * 4;
-    double first = 1e300, last = 0, wait = 0, q = 0, work = 0;
+    const unsigned long long* b = t.data() + static_cast<size_t>(l) * NH * S;
+    double first = 1e300, last = 0;
     for (int h = 0; h < NH; ++h) {
-      const double e = static_cast<double>(b[4 * h]), w = static_cast<double>(b[4 * h + 1]);
-      const double qs = static_cast<double>(b[4 * h + 2]), d = static_cast<double>(b[4 * h + 3]);
-      first = std::min(first, e);
-      last = std::max(last, d);
-      wait += w - e;
-      q += qs - w;
-      work += d - w;
+      const unsigned long long* st = b + static_cast<size_t>(h) * S;
+      first = std::min(first, static_cast<double>(st[0]));
+      last = std::max(last, static_cast<double>(st[3]));
+      // Thread 0's path: entry, wait, q staged, barrier, scores, V sums, combine, done.
+      const int order[8] = {0, 1, 2, 4, 5, 6, 7, 3};
+      for (int k = 1; k < 8; ++k)
+        attn_stat_.step_us[k - 1] += (static_cast<double>(st[order[k]]) - static_cast<double>(st[order[k - 1]])) / 1e3 / NH;
     }
     attn_stat_.span_us += (last - first) / 1e3;
-    attn_stat_.wait_us += wait / NH / 1e3;
-    attn_stat_.q_us += q / NH / 1e3;
-    attn_stat_.work_us += work / NH / 1e3;
     ++attn_stat_.layers;
     if (l > 0) {
       attn_stat_.between_us += (first - prev_done) / 1e3;
@@ -738,7 +737,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     if (fold && !(diag_omit_ & kOmitAttn)) {
       // One row: the q/k step runs in attention's prologue (same bits, one launch fewer).
       attention_rows_fold_qk(qkv_, W.q_norm, W.k_norm, eps, cos_, sin_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s,
-                             attn_timing_ ? attn_timing_ + static_cast<size_t>(l) * NH * 4 : nullptr);
+                             attn_timing_ ? attn_timing_ + static_cast<size_t>(l) * NH * kAttnProfileStamps : nullptr);
       mark("q/k + attention");
     } else if (!fold) {
       if (!(diag_omit_ & kOmitQk))
@@ -813,12 +812,14 @@ void CudaQwen3Model::print_profile() const {
     const double fl = 1.0 / static_cast<double>(attn_stat_.layers);
     std::fprintf(stderr,
                  "DSINFER_CUDA_ATTN_PROFILE: %lld one-row forwards; folded attention per layer: span %.2f us (first "
-                 "block in to last block done), mean block: %.2f us in before the wait returned, %.2f us to q staged, "
-                 "%.2f us from the wait to done; last attention block done to the next layer's first one in "
-                 "(o, gate/up, down, QKV): %.2f us\n",
-                 static_cast<long long>(attn_stat_.forwards), attn_stat_.span_us * fl, attn_stat_.wait_us * fl,
-                 attn_stat_.q_us * fl, attn_stat_.work_us * fl,
+                 "block in to last block done); last attention block done to the next layer's first one in (o, "
+                 "gate/up, down, QKV): %.2f us; thread 0 of a block (mean), us:",
+                 static_cast<long long>(attn_stat_.forwards), attn_stat_.span_us * fl,
                  attn_stat_.gaps ? attn_stat_.between_us / static_cast<double>(attn_stat_.gaps) : 0.0);
+    static const char* kSteps[7] = {"tile loads issued + wait", "q staged", "prologue barrier", "scores",
+                                    "V sums",                   "combine barrier", "output"};
+    for (int k = 0; k < 7; ++k) std::fprintf(stderr, " %s %.2f;", kSteps[k], attn_stat_.step_us[k] * fl);
+    std::fprintf(stderr, "\n");
   }
   if (!profile_ || stage_ms_.empty()) return;
   std::fprintf(stderr, "DSINFER_CUDA_PROFILE (eager, CUDA events between stages; per forward):\n");
