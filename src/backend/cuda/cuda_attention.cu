@@ -1,10 +1,6 @@
 // dsinfer CUDA backend: the attention kernel (see cuda_attention.h for the algorithm and
 // why its result is batch-invariant).
-#include <algorithm>
 #include <cmath>
-#include <mutex>
-#include <utility>
-#include <vector>
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_attention_impl.cuh"
@@ -38,13 +34,12 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   const float* qr = q + (static_cast<int64_t>(r) * NH + h) * D;
-  extern __shared__ __align__(16) unsigned char attn_dyn[];  // kVec: the K tiles (attn_ktile_bytes)
-  detail::attend_row_head<kPairs, kVec, kPaged, kVec>(
+  detail::attend_row_head<kPairs, kVec, kPaged>(
       kv, s, pos[r] + 1, h / (NH / NKVH), D, scale, o, sh, threadIdx.x,
       [&] {
         for (int d = threadIdx.x; d < D; d += kThreads) sh.qs[d] = qr[d];
       },
-      [] { __syncthreads(); }, -1, nullptr, nullptr, reinterpret_cast<bf16*>(attn_dyn));
+      [] { __syncthreads(); });
 }
 
 // attention_kernel with the q/k step in its prologue (attention_rows_fold_qk).
@@ -86,8 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   // before the kernel began); the q/k step runs in stage_q, after the wait, and leaves the
   // new K/V rows (position p) in shared memory too, from where the warp holding key p takes
   // them after the barrier.
-  extern __shared__ __align__(16) unsigned char attn_dyn[];  // the K tiles (attn_ktile_bytes)
-  detail::attend_row_head<kPairs, true, kPaged, true>(
+  detail::attend_row_head<kPairs, true, kPaged>(
       kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x,
       [&] {
         pdl_wait();
@@ -112,36 +106,15 @@ __global__ void __launch_bounds__(kThreads)
           }
         }
       },
-      [] { __syncthreads(); }, p, fresh_kv, stamp ? stamp + 4 : nullptr, reinterpret_cast<bf16*>(attn_dyn));
+      [] { __syncthreads(); }, p, fresh_kv, stamp ? stamp + 4 : nullptr);
   if (stamp) stamp[3] = now();
-}
-
-// Dynamic shared memory for the K tiles of head_dim D, opted in once per kernel instance
-// (above 48 KB for D > 88).
-template <typename Kernel>
-size_t ktile_smem(Kernel kernel, int D) {
-  const int bytes = detail::attn_ktile_bytes(D);
-  // Per kernel (instances share this function's type): the size opted in so far.
-  static std::mutex mu;
-  static std::vector<std::pair<const void*, int>> allowed;
-  if (bytes > 48 * 1024) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = std::find_if(allowed.begin(), allowed.end(), [&](const auto& a) { return a.first == reinterpret_cast<const void*>(kernel); });
-    if (it == allowed.end() || it->second < bytes) {
-      DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-      if (it == allowed.end()) allowed.emplace_back(reinterpret_cast<const void*>(kernel), bytes);
-      else it->second = bytes;
-    }
-  }
-  return static_cast<size_t>(bytes);
 }
 
 template <int kPairs, bool kPaged>
 void launch_layout(dim3 grid, cudaStream_t stream, const float* q, KVLayerView kv, const int32_t* slot,
                    const int32_t* pos, int NH, int NKVH, int D, float scale, bf16* out, L2Prefetch pf) {
   if (D % 8 == 0)
-    launch_pdl(PdlSite::Attention, attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads),
-               ktile_smem(attention_kernel<kPairs, true, kPaged>, D), stream, q, kv, slot, pos, NH, NKVH, D,
+    launch_pdl(PdlSite::Attention, attention_kernel<kPairs, true, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
                scale, out, pf);
   else
     launch_pdl(PdlSite::Attention, attention_kernel<kPairs, false, kPaged>, grid, dim3(kThreads), 0, stream, q, kv, slot, pos, NH, NKVH, D,
@@ -160,13 +133,11 @@ void launch_fold(dim3 grid, cudaStream_t stream, const float* qkv, const float* 
                  const float* cos_t, const float* sin_t, KVLayerView kv, const int32_t* slot, const int32_t* pos,
                  int NH, int NKVH, int D, float scale, bf16* out, unsigned long long* timing) {
   if (kv.table)
-    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads),
-               ktile_smem(attention_fold_qk_kernel<kPairs, true>, D), stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv,
-               slot, pos, NH, NKVH, D, scale, out, timing);
+    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, true>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
   else
-    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads),
-               ktile_smem(attention_fold_qk_kernel<kPairs, false>, D), stream, qkv, q_norm, k_norm, eps, cos_t, sin_t, kv,
-               slot, pos, NH, NKVH, D, scale, out, timing);
+    launch_pdl(PdlSite::Attention, attention_fold_qk_kernel<kPairs, false>, grid, dim3(kThreads), 0, stream, qkv, q_norm, k_norm, eps, cos_t,
+               sin_t, kv, slot, pos, NH, NKVH, D, scale, out, timing);
 }
 
 }  // namespace

@@ -71,9 +71,6 @@ __device__ __forceinline__ void qk_norm_rope_head(Load load, const float* __rest
   }
 }
 
-// Bytes of the shared K tile of attend_row_head<..., kSmemK = true> (dynamic shared memory).
-inline constexpr int attn_ktile_bytes(int D) { return kAttnWarps * 32 * (D + 8) * 2; }
-
 // Shared memory of attend_row_head.
 struct AttnShared {
   float qs[kAttnMaxD];
@@ -92,18 +89,11 @@ struct AttnShared {
 // before stage_q(), so that key's rows are taken again after sync(), from fresh_kv (shared
 // memory: its K row then its V row, D BF16 values each, the bits stored in the cache) when
 // given, else from the cache (the rest of the tile was in the cache before the kernel began).
-// kSmemK (with kVec): a tile's K rows are copied into shared memory first (ktile: kAttnWarps
-// x 32 rows of D + 8 BF16, attn_ktile_bytes(D)), 16 bytes per lane with whole rows per
-// warp instruction (cp.async), and each lane then reads its key's row from there. Lane j
-// loading its own row straight from global memory touches 32 cache lines per instruction,
-// and those L1 wavefronts were most of a decode step's tile-load time (DSINFER_CUDA_ATTN_PROFILE).
-// The values and the arithmetic are the same, so are the bits.
-template <int kPairs, bool kVec, bool kPaged, bool kSmemK = false, class StageQ, class Sync>
+template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync>
 __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, int n_keys, int kvh, int D, float scale,
                                                 bf16* __restrict__ o, AttnShared& sh, int tid, StageQ stage_q,
                                                 Sync sync, int fresh = -1, const bf16* fresh_kv = nullptr,
-                                                unsigned long long* stamp = nullptr, bf16* ktile = nullptr) {
-  static_assert(!kSmemK || kVec, "the shared-memory K tile takes the 16-byte path");
+                                                unsigned long long* stamp = nullptr) {
   // Profiling (stamp non-null in thread 0 only): %globaltimer after the barrier, the scores,
   // the V sums and the warps' combine barrier.
   auto mark = [&](int k) {
@@ -137,26 +127,12 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   // of the tile for its V loop (registers).
   constexpr int kChunks = 8 * kPairs;
   constexpr int kVKeys = kPairs <= 2 ? 32 : 16;
-  uint4 kr[kSmemK ? 1 : kChunks];
+  uint4 kr[kChunks];
   uint32_t vr[kVKeys][kPairs];
-  const int ks = D + 8;  // shared K tile row stride (elements): 16-byte reads by 8 lanes hit distinct banks
-  bf16* kt = kSmemK ? ktile + static_cast<int64_t>(warp) * 32 * ks : nullptr;
   auto load_tile = [&](int t0) {
     const int j = t0 + lane;
     if constexpr (kPaged) row_off = j < k1 ? kv_row_offset(kv, s, kvh, j, D) : 0;
-    if constexpr (kSmemK) {
-      __syncwarp();  // the previous tile's rows are read
-      const int cpr = D / 8;
-      for (int i = lane; i < 32 * cpr; i += 32) {
-        const int r = i / cpr, c = i - r * cpr;
-        const int64_t off = kPaged ? __shfl_sync(0xffffffffu, row_off, r) : static_cast<int64_t>(t0 + r) * D;
-        if (t0 + r < k1) {
-          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(kt + r * ks + c * 8));
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(K + off + c * 8) : "memory");
-        }
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-    } else if constexpr (kVec) {
+    if constexpr (kVec) {
       if (j < k1) {
         const uint4* k4 = reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(j) * D));
 #pragma unroll
@@ -177,7 +153,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   sync();
   if (fresh >= k0 && fresh < min(k1, k0 + 32)) {  // warp-uniform: the first tile holds the fresh key
     const int u = fresh - k0;
-    if constexpr (kVec && !kSmemK) {  // (kSmemK: the dot takes the fresh row itself)
+    if constexpr (kVec) {
       if (lane == u) {
         const uint4* k4 = fresh_kv ? reinterpret_cast<const uint4*>(fresh_kv)
                                    : reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(fresh) * D));
@@ -208,30 +184,8 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
     const int j = t0 + lane;
     const bool valid = j < k1;
     float dot = 0.0f;
-    if constexpr (kSmemK) {
-      asm volatile("cp.async.wait_all;" ::: "memory");
-      __syncwarp();
-    }
     if (valid) {
-      if constexpr (kSmemK) {
-        // The fresh key's row comes from fresh_kv (or the cache), not from the tile copied
-        // before stage_q() wrote it.
-        const uint4* kp = j != fresh ? reinterpret_cast<const uint4*>(kt + lane * ks)
-                          : fresh_kv  ? reinterpret_cast<const uint4*>(fresh_kv)
-                                      : reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(j) * D));
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (c < D / 8) {
-            const uint4 kc = kp[c];
-            const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kc);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = __bfloat1622float2(p2[e]);
-              dot = fmaf(qs[c * 8 + 2 * e], f.x, dot);
-              dot = fmaf(qs[c * 8 + 2 * e + 1], f.y, dot);
-            }
-          }
-      } else if constexpr (kVec) {
+      if constexpr (kVec) {
 #pragma unroll
         for (int c = 0; c < kChunks; ++c)
           if (c < D / 8) {
