@@ -66,6 +66,27 @@ std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int n)
   return gen;
 }
 
+// The bias-free test models (and the embedded target when present) and a token sequence
+// for the one-row decode comparisons below.
+std::vector<std::string> decode_test_dirs() {
+  std::vector<std::string> dirs = {kQwen3Dir + "/bf16_weights", kQwen3Dir + "/tied_gqa2",
+                                   kQwen3Dir + "/untied_gqa4_hd32", kQwen3Dir + "/yarn_gqa3"};
+  if (std::filesystem::exists(kEmbedded + "/config.json")) dirs.push_back(kEmbedded);
+  return dirs;
+}
+const std::vector<int32_t> kDecodeSeq = {5, 17, 99, 3, 42, 7, 250, 11, 64, 200, 12, 13, 14, 15, 16, 90, 91, 92, 1, 2};
+constexpr int kDecodePrefix = 5;
+
+// One sequence's cache in slot 0: dense, or paged over 22 scattered blocks of 3 positions.
+std::unique_ptr<KVCache> decode_cache(Model& m, bool paged) {
+  if (!paged) return m.make_kv_cache(1, 64);
+  auto p = m.make_paged_kv_cache(3, 64, 1, 64);
+  std::vector<int32_t> table;
+  for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);  // scattered, descending
+  p->bind(0, table, 0);
+  return p;
+}
+
 }  // namespace
 
 // Logits at every prompt position within BF16 tolerance of transformers (F32): BF16
@@ -285,12 +306,9 @@ TEST(CudaModel, EmbeddedTargetAgreesWithCpu) {
 // without biases, and the embedded target (head_dim 64, 8 layers).
 TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
   SKIP_WITHOUT_GPU();
-  std::vector<std::string> dirs = {kQwen3Dir + "/bf16_weights", kQwen3Dir + "/tied_gqa2",
-                                   kQwen3Dir + "/untied_gqa4_hd32", kQwen3Dir + "/yarn_gqa3"};
-  if (std::filesystem::exists(kEmbedded + "/config.json")) dirs.push_back(kEmbedded);
-  const std::vector<int32_t> seq = {5, 17, 99, 3, 42, 7, 250, 11, 64, 200, 12, 13, 14, 15, 16, 90, 91, 92, 1, 2};
-  const int prefix = 5;
-  for (const std::string& dir : dirs) {
+  const std::vector<int32_t>& seq = kDecodeSeq;
+  const int prefix = kDecodePrefix;
+  for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
     CudaModelOptions on, off;
     on.persistent_decode = true;
@@ -303,16 +321,7 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
       std::vector<int32_t> ids;
     };
     auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv;
-      if (paged) {
-        auto p = m.make_paged_kv_cache(3, 64, 1, 64);
-        std::vector<int32_t> table;
-        for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);  // scattered, descending
-        p->bind(0, table, 0);
-        kv = std::move(p);
-      } else {
-        kv = m.make_kv_cache(1, 64);
-      }
+      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
       Run r;
       ForwardOutput out;
       ForwardBatch pre;
@@ -362,12 +371,9 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
 // every test shape (GQA 2-4, head_dim 32-128, YaRN), graphs on.
 TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
   SKIP_WITHOUT_GPU();
-  std::vector<std::string> dirs = {kQwen3Dir + "/bf16_weights", kQwen3Dir + "/tied_gqa2",
-                                   kQwen3Dir + "/untied_gqa4_hd32", kQwen3Dir + "/yarn_gqa3"};
-  if (std::filesystem::exists(kEmbedded + "/config.json")) dirs.push_back(kEmbedded);
-  const std::vector<int32_t> seq = {5, 17, 99, 3, 42, 7, 250, 11, 64, 200, 12, 13, 14, 15, 16, 90, 91, 92, 1, 2};
-  const int prefix = 5;
-  for (const std::string& dir : dirs) {
+  const std::vector<int32_t>& seq = kDecodeSeq;
+  const int prefix = kDecodePrefix;
+  for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
     CudaModelOptions on, off;
     on.fold_qk_decode = true;
@@ -375,16 +381,7 @@ TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
     auto mf = load_qwen3_cuda(dir, on);
     auto ms = load_qwen3_cuda(dir, off);
     auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv;
-      if (paged) {
-        auto p = m.make_paged_kv_cache(3, 64, 1, 64);
-        std::vector<int32_t> table;
-        for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);
-        p->bind(0, table, 0);
-        kv = std::move(p);
-      } else {
-        kv = m.make_kv_cache(1, 64);
-      }
+      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
       std::vector<float> logits;
       ForwardOutput out;
       ForwardBatch pre;
