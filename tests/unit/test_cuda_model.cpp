@@ -367,8 +367,9 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
 }
 
 // One-row forwards fold the q/k step into attention's kernel (fold_qk_decode): the same
-// logits bits and the same cache contents as the separate q/k kernel, dense and paged, on
-// every test shape (GQA 2-4, head_dim 32-128, YaRN), graphs on.
+// logit bits as the separate q/k kernel, dense and paged, on every test shape (GQA 2-4,
+// head_dim 32-128, YaRN), graphs on; a verify block after the one-row steps reads the K/V
+// rows they wrote, so the cache contents are compared too.
 TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
   SKIP_WITHOUT_GPU();
   const std::vector<int32_t>& seq = kDecodeSeq;
