@@ -985,7 +985,9 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
   collect_marks(static_cast<int>(T));
   if (persistent_timing_ && persistent_ && rows == 1 && lrows <= 1) collect_persistent_timing();
-  if (attn_timing_ && T == 1 && !(persistent_ && lrows <= 1)) collect_attn_timing();
+  // (only forwards that ran the folded attention kernel stamped the buffer)
+  if (attn_timing_ && T == 1 && pf_window_ == 0 && !(diag_omit_ & kOmitAttn) && !(persistent_ && lrows <= 1))
+    collect_attn_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
