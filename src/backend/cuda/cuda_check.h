@@ -5,6 +5,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "core/error.h"
@@ -56,6 +57,14 @@ namespace dsinfer::cuda {
 
 enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
 bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected
+
+// The OR of the bits of the names in value, a comma list of names (cuda_device.cpp); an
+// unknown or empty name throws Error naming var and the names it takes.
+struct NamedBit {
+  const char* name;
+  unsigned bit;
+};
+unsigned parse_name_list(const char* var, const std::string& value, std::initializer_list<NamedBit> names);
 
 #ifdef __CUDACC__
 __device__ __forceinline__ void pdl_wait() {

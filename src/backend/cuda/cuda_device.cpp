@@ -65,6 +65,25 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes, int reps, int device) {
 
 namespace cuda {
 
+unsigned parse_name_list(const char* var, const std::string& value, std::initializer_list<NamedBit> names) {
+  unsigned mask = 0;
+  for (size_t b = 0; b <= value.size();) {
+    const size_t c = std::min(value.find(',', b), value.size());
+    const std::string k = value.substr(b, c - b);
+    const NamedBit* hit = nullptr;
+    for (const NamedBit& n : names)
+      if (k == n.name) hit = &n;
+    if (!hit) {
+      std::string all;
+      for (const NamedBit& n : names) all += (all.empty() ? "" : ", ") + std::string(n.name);
+      throw Error(std::string(var) + ": '" + k + "' in '" + value + "' is not one of " + all);
+    }
+    mask |= hit->bit;
+    b = c + 1;
+  }
+  return mask;
+}
+
 // Launches with programmatic dependent launch unless DSINFER_CUDA_PDL says otherwise: none
 // (all of them measured slower than plain stream order on the H200, docs/PERFORMANCE.md).
 constexpr unsigned kPdlDefaultSites = 0;
@@ -77,18 +96,11 @@ bool pdl_enabled(PdlSite site) {
       const std::string v = e;
       if (v == "0") m = 0;
       else if (v == "1") m = ~0u;
-      else {
-        m = 0;
-        for (size_t b = 0; b <= v.size();) {
-          const size_t c = std::min(v.find(',', b), v.size());
-          const std::string k = v.substr(b, c - b);
-          if (k == "gemv") m |= static_cast<unsigned>(PdlSite::Gemv);
-          else if (k == "attn") m |= static_cast<unsigned>(PdlSite::Attention);
-          else if (k == "qk") m |= static_cast<unsigned>(PdlSite::QkStep);
-          else throw Error("DSINFER_CUDA_PDL must be 0, 1 or a comma list of gemv, attn, qk, not '" + v + "'");
-          b = c + 1;
-        }
-      }
+      else
+        m = parse_name_list("DSINFER_CUDA_PDL (0, 1 or a list)", v,
+                            {{"gemv", static_cast<unsigned>(PdlSite::Gemv)},
+                             {"attn", static_cast<unsigned>(PdlSite::Attention)},
+                             {"qk", static_cast<unsigned>(PdlSite::QkStep)}});
     }
     if (m == 0) return 0u;
     int dev = 0, major = 0;

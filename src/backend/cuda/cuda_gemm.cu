@@ -20,7 +20,7 @@ namespace {
 // the first kNormThreads threads, so no bit depends on the block shape.
 constexpr int kMaxWarps = 8;
 constexpr int kMaxThreads = 32 * kMaxWarps;
-constexpr int kNormThreads = 128;
+using detail::kNormThreads;
 constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kOutPerWarp = 2;
 constexpr int kRowsPerBlock = 4;

@@ -7,6 +7,10 @@
 
 namespace dsinfer::cuda::detail {
 
+// Threads (4 warps) over which an RMSNorm's sum of squares is strided, whatever the block
+// size: the row kernel and the persistent kernel reduce in this same order.
+constexpr int kNormThreads = 128;
+
 // 8 BF16 values (one 16-byte load) as F32.
 __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);

@@ -32,7 +32,7 @@ constexpr int kConsumerThreads = 32 * kConsumers;
 constexpr int kThreads = kConsumerThreads + 32;
 constexpr int kMaxSlots = 8;
 constexpr int kMinSlotBytes = 48 * 1024;
-constexpr int kNormThreads = 128;  // the row kernel's RMSNorm reduction (cuda_gemm.cu, 4 warps)
+using detail::kNormThreads;  // the row kernel's RMSNorm reduction (cuda_gemv_impl.cuh)
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 

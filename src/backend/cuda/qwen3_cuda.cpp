@@ -198,6 +198,9 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   } attn_stat_;
   void collect_attn_timing();
   bool fold_qk_ = true;  // options.fold_qk_decode, or DSINFER_CUDA_FOLD_QK over it
+  // A forward of T rows runs the q/k step inside attention: one row (its key is the only new
+  // one of its slot), and no L2 window prefetch riding on the separate q/k kernel.
+  bool folds_qk(int T) const { return fold_qk_ && T == 1 && pf_window_ == 0; }
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
@@ -230,7 +233,6 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // tail T when unset): the o weights (21 MB for the 4B shape) fit the L2 and the DRAM would
   // otherwise idle while the latency-bound attention kernel runs.
   uint64_t pf_o_tail_ = 0;
-  bool pf_o_set_ = false;
   bool pf_side_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
@@ -289,21 +291,9 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
   if (const char* e = std::getenv("DSINFER_CUDA_DIAG_OMIT")) {
-    std::string list = e;
-    for (size_t b = 0; b <= list.size();) {
-      const size_t c = std::min(list.find(',', b), list.size());
-      const std::string k = list.substr(b, c - b);
-      if (k == "qk") diag_omit_ |= kOmitQk;
-      else if (k == "attn") diag_omit_ |= kOmitAttn;
-      else if (k == "o") diag_omit_ |= kOmitO;
-      else if (k == "gu") diag_omit_ |= kOmitGu;
-      else if (k == "down") diag_omit_ |= kOmitDown;
-      else if (k == "qkv") diag_omit_ |= kOmitQkv;
-      else if (k == "add-empty") diag_omit_ |= kAddEmpty;
-      else if (!k.empty())
-        throw Error("DSINFER_CUDA_DIAG_OMIT: '" + k + "' is not one of qkv, qk, attn, o, gu, down, add-empty");
-      b = c + 1;
-    }
+    diag_omit_ = parse_name_list("DSINFER_CUDA_DIAG_OMIT", e,
+                                 {{"qkv", kOmitQkv}, {"qk", kOmitQk}, {"attn", kOmitAttn}, {"o", kOmitO},
+                                  {"gu", kOmitGu}, {"down", kOmitDown}, {"add-empty", kAddEmpty}});
     if (diag_omit_)
       std::fprintf(stderr, "DSINFER_CUDA_DIAG_OMIT=%s: timing diagnostic, these kernels are left out and outputs are wrong\n", e);
   }
@@ -327,13 +317,13 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     pf_window_ = static_cast<uint64_t>(w_mb * 1048576.0) & ~uint64_t(16383);
     pf_tail_ = static_cast<uint64_t>(t_mb * 1048576.0) & ~uint64_t(16383);
     pf_side_ = side == 1 && pf_window_ > 0;
+    pf_o_tail_ = pf_tail_;
     if (const char* e = std::getenv("DSINFER_CUDA_L2_PREFETCH_O")) {
       char* end = nullptr;
       const double mb = std::strtod(e, &end);
       if (end == e || *end != '\0' || !(mb >= 0.0) || mb > 4096.0)
         throw Error(std::string("DSINFER_CUDA_L2_PREFETCH_O must be a size in MB (0 to 4096), not '") + e + "'");
       pf_o_tail_ = static_cast<uint64_t>(mb * 1048576.0) & ~uint64_t(16383);
-      pf_o_set_ = true;
     }
   }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
@@ -419,12 +409,13 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   host_embed_ = host_view("model.embed_tokens.weight");
   host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
 
-  fold_qk_ = opts.fold_qk_decode && cfg.head_dim % 8 == 0;
+  bool fold = opts.fold_qk_decode;
   if (const char* e = std::getenv("DSINFER_CUDA_FOLD_QK")) {
     if (std::string(e) != "0" && std::string(e) != "1")
       throw Error(std::string("DSINFER_CUDA_FOLD_QK must be 0 or 1, not '") + e + "'");
-    fold_qk_ = std::string(e) == "1" && cfg.head_dim % 8 == 0;
+    fold = std::string(e) == "1";
   }
+  fold_qk_ = fold && cfg.head_dim % 8 == 0;
 
   // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
   // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
@@ -710,10 +701,8 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     return r;
   };
   const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
-  const uint64_t o_tail = std::min(pf_o_set_ ? pf_o_tail_ : pf_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
-  // The q/k step folds into attention for one row (its key is the only new one of its slot),
-  // unless an L2 window prefetch rides on those two kernels.
-  const bool fold = fold_qk_ && T == 1 && pf_window_ == 0;
+  const uint64_t o_tail = std::min(pf_o_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
+  const bool fold = folds_qk(T);
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& W = layers_[l];
     const KVLayerView kvl = kv.layer(l);
@@ -986,7 +975,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   collect_marks(static_cast<int>(T));
   if (persistent_timing_ && persistent_ && rows == 1 && lrows <= 1) collect_persistent_timing();
   // (only forwards that ran the folded attention kernel stamped the buffer)
-  if (attn_timing_ && T == 1 && pf_window_ == 0 && !(diag_omit_ & kOmitAttn) && !(persistent_ && lrows <= 1))
+  if (attn_timing_ && folds_qk(static_cast<int>(T)) && !(diag_omit_ & kOmitAttn) && !(persistent_ && lrows <= 1))
     collect_attn_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
