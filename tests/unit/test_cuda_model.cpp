@@ -13,6 +13,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
@@ -85,6 +86,32 @@ std::unique_ptr<KVCache> decode_cache(Model& m, bool paged) {
   for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);  // scattered, descending
   p->bind(0, table, 0);
   return p;
+}
+
+// seq[0, prefix) prefilled into slot 0, then seq[prefix, end) one token per forward: the
+// decode steps' logit rows, in order.
+std::vector<float> prefill_then_decode(Model& m, KVCache& kv, const std::vector<int32_t>& seq, int prefix) {
+  ForwardOutput out;
+  ForwardBatch pre;
+  pre.entries.push_back({0, std::vector<int32_t>(seq.begin(), seq.begin() + prefix), {}});
+  m.forward(kv, pre, out);
+  std::vector<float> rows;
+  for (size_t i = prefix; i < seq.size(); ++i) {
+    ForwardBatch d;
+    d.entries.push_back({0, {seq[i]}, {0}});
+    m.forward(kv, d, out);
+    rows.insert(rows.end(), out.logits.begin(), out.logits.end());
+  }
+  return rows;
+}
+
+// The model at dir loaded twice: with options field `on` set, and with it cleared.
+std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> load_with_and_without(const std::string& dir,
+                                                                                bool CudaModelOptions::*on) {
+  CudaModelOptions with, without;
+  with.*on = true;
+  without.*on = false;
+  return {load_qwen3_cuda(dir, with), load_qwen3_cuda(dir, without)};
 }
 
 }  // namespace
@@ -160,18 +187,7 @@ TEST(CudaModel, BatchInvariantAcrossBatchBlockAndGraphs) {
   // (a) alone, one token per forward; run twice so that the second pass replays graphs.
   auto alone = [&](Model& m) {
     auto kv = m.make_kv_cache(1, 64);
-    ForwardOutput out;
-    ForwardBatch pre;
-    pre.entries.push_back({0, std::vector<int32_t>(a.begin(), a.begin() + prefix), {}});
-    m.forward(*kv, pre, out);
-    std::vector<float> rows;
-    for (size_t i = prefix; i < a.size(); ++i) {
-      ForwardBatch d;
-      d.entries.push_back({0, {a[i]}, {0}});
-      m.forward(*kv, d, out);
-      rows.insert(rows.end(), out.logits.begin(), out.logits.end());
-    }
-    return rows;
+    return prefill_then_decode(m, *kv, a, prefix);
   };
   const std::vector<float> ref = alone(*mn);
   ASSERT_EQ(ref.size(), (a.size() - prefix) * V);
@@ -310,11 +326,7 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
   const int prefix = kDecodePrefix;
   for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
-    CudaModelOptions on, off;
-    on.persistent_decode = true;
-    off.persistent_decode = false;
-    auto mp = load_qwen3_cuda(dir, on);
-    auto ml = load_qwen3_cuda(dir, off);
+    auto [mp, ml] = load_with_and_without(dir, &CudaModelOptions::persistent_decode);
     const int L = mp->config().num_hidden_layers;
     struct Run {
       std::vector<float> logits, captured;
@@ -376,24 +388,11 @@ TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
   const int prefix = kDecodePrefix;
   for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
-    CudaModelOptions on, off;
-    on.fold_qk_decode = true;
-    off.fold_qk_decode = false;
-    auto mf = load_qwen3_cuda(dir, on);
-    auto ms = load_qwen3_cuda(dir, off);
+    auto [mf, ms] = load_with_and_without(dir, &CudaModelOptions::fold_qk_decode);
     auto run = [&](Model& m, bool paged) {
       std::unique_ptr<KVCache> kv = decode_cache(m, paged);
-      std::vector<float> logits;
+      std::vector<float> logits = prefill_then_decode(m, *kv, seq, prefix);
       ForwardOutput out;
-      ForwardBatch pre;
-      pre.entries.push_back({0, std::vector<int32_t>(seq.begin(), seq.begin() + prefix), {}});
-      m.forward(*kv, pre, out);
-      for (size_t i = prefix; i < seq.size(); ++i) {
-        ForwardBatch d;
-        d.entries.push_back({0, {seq[i]}, {0}});
-        m.forward(*kv, d, out);
-        logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-      }
       // A verify block over keys the one-row steps wrote: it reads them from the cache.
       ForwardBatch blk;
       blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
