@@ -47,8 +47,10 @@ if [ "$R" != /work/main ] && [ ! -e /work/main ]; then mkdir -p /work && ln -s "
 cp "$DEV/dsinfer" "$R/build-cuda/dsinfer"
 date -u | tee "$OUT/env.txt"
 
-# The random 4B model takes minutes of CPU: start it first, in the background.
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
+# The random 4B model takes minutes of CPU: start it first, in the background (a second run
+# of this script in the same call reuses it).
+MAKE_PID=""
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]] && [ ! -e /tmp/q4b/config.json ]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi

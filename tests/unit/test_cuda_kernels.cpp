@@ -196,63 +196,86 @@ TEST(CudaKernels, FusedGemmInputsMatchReferenceAndAreBatchInvariant) {
   }
 }
 
-// The row kernel's launch shape (warps per block, resident blocks per SM) changes no bit:
-// plain, RMSNorm-fused and SwiGLU-epilogue GEMMs, accumulate and argmax keys, at one row
-// and at several, each shape against the default one.
+// The row kernel's launch shape (warps per block, resident blocks per SM, rows of A per
+// block) changes no bit: plain, RMSNorm-fused and SwiGLU-epilogue GEMMs, accumulate and
+// argmax keys, at one row (a one-row kernel, with 4- or 8-chunk load batches) and at several
+// (5 rows: one 8-row block or two 4-row blocks; 13 rows: one 16-row block, two 8-row or four
+// 4-row blocks), each shape against the default one. K = 9728 (the 4B shape's down projection) is too long for 16 staged rows, so there
+// the default takes 8.
 TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
   SKIP_WITHOUT_GPU();
-  std::mt19937 rng(31);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int K = 2560, N = 6144, M = 5;
-  std::vector<float> x(size_t(M) * K), nw(K), wf;
-  for (auto& v : x) v = nd(rng);
-  for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
-  Dev<float> dx(x), dnw(nw);
-  Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
-  const GemvShape saved = gemv_shape();
-  struct Out {
-    std::vector<float> y, acc;
-    std::vector<uint16_t> act;
-    std::vector<unsigned long long> keys;
-  };
-  auto run = [&](GemvShape shape, int m) {
-    set_gemv_shape(shape);
-    Out o;
-    const GemmInput in = GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f);
-    Dev<float> Y(size_t(m) * N);
-    Dev<unsigned long long> keys(m);
-    DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, m * sizeof(unsigned long long)));
-    gemm_rows(in, as_bf16(W.p), N, K, Y.p, N, m, false, nullptr, keys.p);
-    o.y = Y.get();
-    o.keys = keys.get();
-    // Y's first K columns as a BF16 input, accumulated onto Y.
-    Dev<uint16_t> xb(size_t(m) * K);
-    std::vector<uint16_t> hb(size_t(m) * K);
-    for (int r = 0; r < m; ++r)
-      for (int k = 0; k < K; ++k) hb[size_t(r) * K + k] = f32_to_bf16(o.y[size_t(r) * N + k]);
-    DSINFER_CUDA_CHECK(cudaMemcpy(xb.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
-    gemm_rows(GemmInput::bf16_rows(as_bf16(xb.p), K), as_bf16(W.p), N, K, Y.p, N, m, true, nullptr);
-    o.acc = Y.get();
-    Dev<uint16_t> act(size_t(m) * N / 2);
-    gemm_rows_silu(in, as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), N / 2, m, nullptr);
-    o.act = act.get();
-    return o;
-  };
-  for (int m : {1, M}) {
-    const Out ref = run(GemvShape{}, m);
-    for (GemvShape shape : {GemvShape{8, 0, false}, GemvShape{8, 1, false}, GemvShape{4, 1, false}, GemvShape{4, 3, false},
-                            GemvShape{8, 2, false}, GemvShape{4, 0, true}, GemvShape{8, 0, true}, GemvShape{4, 1, true}}) {
-      SCOPED_TRACE("rows " + std::to_string(m) + ", warps " + std::to_string(shape.warps) + ", blocks per SM " +
-                   std::to_string(shape.blocks_per_sm) + (shape.interleave ? ", interleaved" : ""));
-      const Out o = run(shape, m);
-      EXPECT_EQ(0, std::memcmp(o.y.data(), ref.y.data(), o.y.size() * sizeof(float)));
-      EXPECT_EQ(o.keys, ref.keys);
-      EXPECT_EQ(0, std::memcmp(o.acc.data(), ref.acc.data(), o.acc.size() * sizeof(float)));
-      EXPECT_EQ(o.act, ref.act);
+  for (auto [K0, N0] : {std::pair{2560, 6144}, std::pair{9728, 520}}) {
+    const int K = K0, N = N0;
+    SCOPED_TRACE("K " + std::to_string(K) + ", N " + std::to_string(N));
+    std::mt19937 rng(31);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int M = 13;
+    std::vector<float> x(size_t(M) * K), nw(K), wf;
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
+    Dev<float> dx(x), dnw(nw);
+    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+    const GemvShape saved = gemv_shape();
+    struct Out {
+      std::vector<float> y, acc;
+      std::vector<uint16_t> act;
+      std::vector<unsigned long long> keys;
+    };
+    auto run = [&](GemvShape shape, int m) {
+      set_gemv_shape(shape);
+      Out o;
+      const GemmInput in = GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f);
+      Dev<float> Y(size_t(m) * N);
+      Dev<unsigned long long> keys(m);
+      DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, m * sizeof(unsigned long long)));
+      gemm_rows(in, as_bf16(W.p), N, K, Y.p, N, m, false, nullptr, keys.p);
+      o.y = Y.get();
+      o.keys = keys.get();
+      // Y's first K columns as a BF16 input, accumulated onto Y.
+      Dev<uint16_t> xb(size_t(m) * K);
+      std::vector<uint16_t> hb(size_t(m) * K);
+      for (int r = 0; r < m; ++r)
+        for (int k = 0; k < K; ++k) hb[size_t(r) * K + k] = f32_to_bf16(o.y[size_t(r) * N + k]);
+      DSINFER_CUDA_CHECK(cudaMemcpy(xb.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+      gemm_rows(GemmInput::bf16_rows(as_bf16(xb.p), K), as_bf16(W.p), N, K, Y.p, N, m, true, nullptr);
+      o.acc = Y.get();
+      Dev<uint16_t> act(size_t(m) * N / 2);
+      gemm_rows_silu(in, as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), N / 2, m, nullptr);
+      o.act = act.get();
+      return o;
+    };
+    // One row runs a one-row kernel, five an 8-row one: row 0 has the same bits in both.
+    {
+      const Out one = run(GemvShape{}, 1), five = run(GemvShape{}, 5);
+      EXPECT_EQ(0, std::memcmp(one.y.data(), five.y.data(), one.y.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(one.acc.data(), five.acc.data(), one.acc.size() * sizeof(float)));
+      EXPECT_EQ(one.keys[0], five.keys[0]);
+      EXPECT_TRUE(std::equal(one.act.begin(), one.act.end(), five.act.begin()));
     }
+    for (int m : {1, 5, M}) {
+      const Out ref = run(GemvShape{}, m);
+      for (GemvShape shape : {GemvShape{8, 0, false}, GemvShape{8, 1, false}, GemvShape{4, 1, false}, GemvShape{4, 3, false},
+                              GemvShape{8, 2, false}, GemvShape{4, 0, true}, GemvShape{8, 0, true}, GemvShape{4, 1, true},
+                              GemvShape{4, 0, false, 4}, GemvShape{4, 0, false, 8}, GemvShape{8, 1, false, 4},
+                              GemvShape{4, 0, true, 8}, GemvShape{4, 0, false, 16, 8}, GemvShape{8, 0, true, 16, 8},
+                              GemvShape{4, 0, false, 4, 8}, GemvShape{4, 1, false, 4, 0},
+                              GemvShape{4, 0, false, 16, 4, false}, GemvShape{8, 0, true, 16, 8, false}}) {
+        SCOPED_TRACE("rows " + std::to_string(m) + ", warps " + std::to_string(shape.warps) + ", blocks per SM " +
+                     std::to_string(shape.blocks_per_sm) + (shape.interleave ? ", interleaved" : "") +
+                     ", at most " + std::to_string(shape.max_rows) + " rows per block, unroll " +
+                     std::to_string(shape.unroll) + (shape.one_row_kernel ? "" : ", no one-row kernel"));
+        const Out o = run(shape, m);
+        EXPECT_EQ(0, std::memcmp(o.y.data(), ref.y.data(), o.y.size() * sizeof(float)));
+        EXPECT_EQ(o.keys, ref.keys);
+        EXPECT_EQ(0, std::memcmp(o.acc.data(), ref.acc.data(), o.acc.size() * sizeof(float)));
+        EXPECT_EQ(o.act, ref.act);
+      }
+    }
+    set_gemv_shape(saved);
   }
-  set_gemv_shape(saved);
   EXPECT_THROW(set_gemv_shape(GemvShape{6, 0}), Error);
+  EXPECT_THROW(set_gemv_shape(GemvShape{4, 0, false, 6}), Error);
+  EXPECT_THROW(set_gemv_shape(GemvShape{4, 0, false, 16, 2}), Error);
 }
 
 // A wide GEMM (many more feature groups than resident blocks, so each block walks several

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -18,13 +19,27 @@ namespace {
 // features (the A chunk it loads is reused for both weight rows), so a block owns 2 x warps
 // features; a block stages up to 4 rows of A. The RMSNorm's sum of squares always runs on
 // the first kNormThreads threads, so no bit depends on the block shape.
+//
+// Rows of A per block (kRows: 1, 4, 8 or 16): a block stages that many rows and streams each
+// weight once for all of them, so a verify block or a prompt chunk of M rows reads the
+// weights ceil(M / kRows) times. Each row's dot products keep the same lane order and the
+// same FMA chain whatever kRows is, so the row count per block changes no bit (tests check
+// it). Few rows keep the one-row decode kernel's registers low (more warps resident, more
+// loads in flight); many rows cut the weight re-reads. launch() picks 1 for one row, else the
+// smallest of 4, 8, 16 that holds M, capped by GemvShape::max_rows and by the shared memory
+// that K needs.
 constexpr int kMaxWarps = 8;
 constexpr int kMaxThreads = 32 * kMaxWarps;
 using detail::kNormThreads;
 constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kOutPerWarp = 2;
-constexpr int kRowsPerBlock = 4;
-constexpr int kUnroll = 4;  // chunks per lane per step: kUnroll * kOutPerWarp 16-byte weight loads in flight
+constexpr int kMaxRowsPerBlock = 16;
+// kUnroll: chunks per lane per step, so kUnroll * kOutPerWarp 16-byte weight loads per batch
+// and two batches in flight. 4, or 8 in one-row launches when GemvShape::unroll asks
+// for it: shapes with few feature pairs (the 4B shape's o and down projections, 1280 pairs
+// of 16-39 KB for ~2000 resident warps) are bound by each warp's chain of load round trips
+// rather than by the DRAM, and deeper batches halve that chain. A lane still accumulates its
+// chunks lane, lane + 32, ... in order, so kUnroll changes no bit.
 constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
 
 using detail::argmax_key;
@@ -35,6 +50,7 @@ constexpr int kEpiY = 0, kEpiSilu = 1;
 
 // One batch of this warp's weight loads: chunks c0, c0 + 32, ... (kUnroll of them) of its
 // kOutPerWarp feature rows starting at n0 (rows past N clamp to N - 1; their sums are dropped).
+template <int kUnroll>
 __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], const bf16* __restrict__ W, int N,
                                            int K, int n0, int c0) {
   if (n0 >= N) return;
@@ -63,7 +79,7 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // weights are constant, so each warp issues its first batch of weight loads before the PDL
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
-template <int kMode, bool kVec, int kEpi>
+template <int kMode, bool kVec, int kEpi, int kRowsPerBlock, int kUnroll>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
@@ -316,11 +332,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-template <int kMode, bool kVec, int kEpi>
+template <int kMode, bool kVec, int kEpi, int kRows, int kUnroll>
 void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
                 int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
                 cudaStream_t stream) {
-  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi>;
+  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows, kUnroll>;
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
   const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
@@ -360,24 +376,52 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
 template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
             unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
-  const int row_groups = (M + kRowsPerBlock - 1) / kRowsPerBlock;
-  const size_t smem = static_cast<size_t>(std::min(M, kRowsPerBlock)) * ((K + 7) & ~7) * sizeof(bf16);
+  const size_t row_bytes = static_cast<size_t>((K + 7) & ~7) * sizeof(bf16);  // one staged row of A
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
   if (optin == 0) {
     int dev = 0;
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
     DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
-  if (smem > static_cast<size_t>(optin))
-    throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
-                " bytes of shared memory per block, more than the device's " + std::to_string(optin));
   // The 16-byte paths: K a multiple of 8, and W, A's rows (and the norm weight) 16-byte aligned.
   const int elems16 = kMode == GemmInput::Bf16 ? 8 : 4;
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  if (vec) launch_one<kMode, true, kEpi>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
-  else launch_one<kMode, false, kEpi>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  // Rows per block: 1 for one row (a decode step: the fewest registers, so the most warps
+  // resident), else the smallest of 4, 8, 16 that holds M, within max_rows and the shared
+  // memory (the element-wise path keeps 4).
+  int rows = vec && M == 1 && gemv_shape().one_row_kernel ? 1 : 4;
+  const int max_rows = gemv_shape().max_rows;
+  while (vec && rows > 1 && rows < M && rows < max_rows && 2 * rows * row_bytes <= static_cast<size_t>(optin)) rows *= 2;
+  const int row_groups = (M + rows - 1) / rows;
+  const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes;
+  if (smem > static_cast<size_t>(optin))
+    throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
+                " bytes of shared memory per block, more than the device's " + std::to_string(optin));
+  // Deep batches (kUnroll 8) for one-row launches: always (unroll 8), never (4), or (0) when
+  // there are fewer feature pairs than 16 warps per SM would take.
+  const GemvShape shape = gemv_shape();
+  static int sms = 0;
+  if (sms == 0) {
+    int dev = 0;
+    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  const bool deep = rows == 1 && (shape.unroll == 8 || (shape.unroll == 0 && (N + 1) / 2 < 16 * sms));
+  auto go = [&](auto vec_tag, auto rows_tag, auto unroll_tag) {
+    launch_one<kMode, decltype(vec_tag)::value, kEpi, decltype(rows_tag)::value, decltype(unroll_tag)::value>(
+        row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  };
+  using V = std::true_type;
+  using U4 = std::integral_constant<int, 4>;
+  using U8 = std::integral_constant<int, 8>;
+  if (!vec) go(std::false_type{}, std::integral_constant<int, 4>{}, U4{});
+  else if (rows == 1 && deep) go(V{}, std::integral_constant<int, 1>{}, U8{});
+  else if (rows == 1) go(V{}, std::integral_constant<int, 1>{}, U4{});
+  else if (rows == 4) go(V{}, std::integral_constant<int, 4>{}, U4{});
+  else if (rows == 8) go(V{}, std::integral_constant<int, 8>{}, U4{});
+  else go(V{}, std::integral_constant<int, kMaxRowsPerBlock>{}, U4{});
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
@@ -398,6 +442,11 @@ GemvShape& shape_setting() {
     if (g.warps != 4 && g.warps != 8) throw Error("DSINFER_CUDA_GEMV_WARPS must be 4 or 8");
     g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
+    g.max_rows = read("DSINFER_CUDA_GEMV_MAX_ROWS", 4, kMaxRowsPerBlock, g.max_rows);
+    if (g.max_rows != 4 && g.max_rows != 8 && g.max_rows != 16) throw Error("DSINFER_CUDA_GEMV_MAX_ROWS must be 4, 8 or 16");
+    g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
+    g.unroll = read("DSINFER_CUDA_GEMV_UNROLL", 0, 8, g.unroll);
+    if (g.unroll != 0 && g.unroll != 4 && g.unroll != 8) throw Error("DSINFER_CUDA_GEMV_UNROLL must be 0 (auto), 4 or 8");
     return g;
   }();
   return shape;
@@ -410,6 +459,10 @@ GemvShape gemv_shape() { return shape_setting(); }
 void set_gemv_shape(GemvShape shape) {
   if (shape.warps != 4 && shape.warps != 8) throw Error("CUDA GEMM: a block has 4 or 8 warps, not " + std::to_string(shape.warps));
   if (shape.blocks_per_sm < 0) throw Error("CUDA GEMM: blocks per SM must be 0 (as many as fit) or more");
+  if (shape.max_rows != 4 && shape.max_rows != 8 && shape.max_rows != 16)
+    throw Error("CUDA GEMM: rows per block are 4, 8 or 16, not " + std::to_string(shape.max_rows));
+  if (shape.unroll != 0 && shape.unroll != 4 && shape.unroll != 8)
+    throw Error("CUDA GEMM: chunks per lane per batch are 4 or 8 (0: 8 for few feature pairs), not " + std::to_string(shape.unroll));
   shape_setting() = shape;
 }
 
