@@ -15,5 +15,6 @@ done
 for lib in $(ldd "$B/dsinfer" "$B/tests/test_cuda_cli" | awk '/=> \// {print $3}' | sort -u | grep -E "pcre2|utf8proc|httplib|brotli"); do
   cp -L "$lib" "$B/dev/lib/"
 done
-tar -cJf "$B/devpack/dev.tar.xz" -C "$B" dev
+# -9e: a 64 MiB dictionary spans the binaries, which share most of their code (17 MB -> 6 MB).
+XZ_OPT="-9e -T2" tar -cJf "$B/devpack/dev.tar.xz" -C "$B" dev
 ls -la "$B/devpack/dev.tar.xz" "$B/dev" "$B/dev/lib"
