@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,26 +19,19 @@ namespace {
 // features; a block stages up to 4 rows of A. The RMSNorm's sum of squares always runs on
 // the first kNormThreads threads, so no bit depends on the block shape.
 //
-// Rows of A per block (kRows: 1, 4, 8 or 16): a block stages that many rows and streams each
-// weight once for all of them, so a verify block or a prompt chunk of M rows reads the
-// weights ceil(M / kRows) times. Each row's dot products keep the same lane order and the
-// same FMA chain whatever kRows is, so the row count per block changes no bit (tests check
-// it). Few rows keep the one-row decode kernel's registers low (more warps resident, more
-// loads in flight); many rows cut the weight re-reads. launch() picks 1 for one row, else the
-// smallest of 4, 8, 16 that holds M, capped by GemvShape::max_rows and by the shared memory
-// that K needs.
+// Rows of A per block (kRowsPerBlock, 1 or 4): one row (a decode step) runs an instance
+// built for one row, with fewer registers and no per-row loops over absent rows; it measured
+// 373 against 346 tokens/s on the H200 (docs/PERFORMANCE.md, session 12). Blocks of 8 or 16
+// rows (each weight read once per 8 or 16 rows) measured slower for verify blocks and
+// prompts than 4-row blocks, whose row groups run at once and share the weights in the L2.
+// A row's dot products keep the same lane order and FMA chain in either instance: no bit
+// depends on the row count per block (tests check it).
 constexpr int kMaxWarps = 8;
 constexpr int kMaxThreads = 32 * kMaxWarps;
 using detail::kNormThreads;
 constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kOutPerWarp = 2;
-constexpr int kMaxRowsPerBlock = 16;
-// kUnroll: chunks per lane per step, so kUnroll * kOutPerWarp 16-byte weight loads per batch
-// and two batches in flight. 4, or 8 in one-row launches when GemvShape::unroll asks
-// for it: shapes with few feature pairs (the 4B shape's o and down projections, 1280 pairs
-// of 16-39 KB for ~2000 resident warps) are bound by each warp's chain of load round trips
-// rather than by the DRAM, and deeper batches halve that chain. A lane still accumulates its
-// chunks lane, lane + 32, ... in order, so kUnroll changes no bit.
+constexpr int kUnroll = 4;  // chunks per lane per batch: kUnroll * kOutPerWarp 16-byte weight loads
 constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
 
 using detail::argmax_key;
@@ -50,7 +42,6 @@ constexpr int kEpiY = 0, kEpiSilu = 1;
 
 // One batch of this warp's weight loads: chunks c0, c0 + 32, ... (kUnroll of them) of its
 // kOutPerWarp feature rows starting at n0 (rows past N clamp to N - 1; their sums are dropped).
-template <int kUnroll>
 __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], const bf16* __restrict__ W, int N,
                                            int K, int n0, int c0) {
   if (n0 >= N) return;
@@ -79,7 +70,7 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // weights are constant, so each warp issues its first batch of weight loads before the PDL
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
-template <int kMode, bool kVec, int kEpi, int kRowsPerBlock, int kUnroll>
+template <int kMode, bool kVec, int kEpi, int kRowsPerBlock, int kPreload, bool kStashX>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
@@ -97,11 +88,32 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int pair_base = interleave ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
   const int n_step = gridDim.x * out_per_block;  // features between a warp's pairs
 
-  uint4 wv[kUnroll][kOutPerWarp];
-  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
+  // kPreload batches of weight loads (1 or 2) go out before the PDL wait and the A staging:
+  // wv (the batch the dot loop consumes next) and, with 2, nx (the one after; more bytes in
+  // flight while A is staged, more registers held). The load cursor (ln0, lc) runs ahead of
+  // the dot loop: the next chunks of the same pair, or the first chunks of the warp's next
+  // pair (load_batch issues nothing past N).
+  uint4 wv[kUnroll][kOutPerWarp], nx[kUnroll][kOutPerWarp];
+  int ln0 = pair_base * kOutPerWarp, lc = lane;
+  auto load_next = [&](uint4 (&dst)[kUnroll][kOutPerWarp]) {
+    load_batch(dst, W, N, K, ln0, lc);
+    lc += 32 * kUnroll;
+    if (lc >= K / 8) lc = lane, ln0 += n_step;
+  };
+  if constexpr (kVec) {
+    load_next(wv);
+    if constexpr (kPreload == 2) load_next(nx);
+  }
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
+  // kStash (an RMSNorm input in the one-row instance, a decode step): the sum-of-squares
+  // pass also copies x and the norm weight to shared memory (after As), so that the
+  // normalising pass reads them there: one round trip to the L2 instead of two on the
+  // critical path of every QKV and gate/up launch. Same values, same order, same bits.
+  constexpr bool kStash = kStashX && kMode == GemmInput::RmsNorm && kRowsPerBlock == 1 && kVec;
+  float* x_stash = reinterpret_cast<float*>(smem_raw + static_cast<size_t>(Kp) * sizeof(bf16));
+  float* w_stash = x_stash + K;
   float inv[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) inv[r] = 1.0f;
@@ -120,13 +132,20 @@ __global__ void __launch_bounds__(kMaxThreads)
           const float4* x4 = reinterpret_cast<const float4*>(x);
           const int n4 = K / 4;
           for (int c0 = threadIdx.x; c0 < n4; c0 += kNormThreads * kStageUnroll) {
-            float4 v[kStageUnroll];
-#pragma unroll
-            for (int u = 0; u < kStageUnroll; ++u)
-              if (c0 + u * kNormThreads < n4) v[u] = x4[c0 + u * kNormThreads];
+            float4 v[kStageUnroll], nwv[kStageUnroll];
 #pragma unroll
             for (int u = 0; u < kStageUnroll; ++u)
               if (c0 + u * kNormThreads < n4) {
+                v[u] = x4[c0 + u * kNormThreads];
+                if constexpr (kStash) nwv[u] = __ldg(reinterpret_cast<const float4*>(in.norm_w) + c0 + u * kNormThreads);
+              }
+#pragma unroll
+            for (int u = 0; u < kStageUnroll; ++u)
+              if (c0 + u * kNormThreads < n4) {
+                if constexpr (kStash) {
+                  reinterpret_cast<float4*>(x_stash)[c0 + u * kNormThreads] = v[u];
+                  reinterpret_cast<float4*>(w_stash)[c0 + u * kNormThreads] = nwv[u];
+                }
                 ss = fmaf(v[u].x, v[u].x, ss);
                 ss = fmaf(v[u].y, v[u].y, ss);
                 ss = fmaf(v[u].z, v[u].z, ss);
@@ -176,10 +195,17 @@ __global__ void __launch_bounds__(kMaxThreads)
           for (int u = 0; u < kStageUnroll; ++u) {
             const int c = c0 + u * nthreads;
             if (c < n8) {
-              a[u][0] = x4[2 * c];
-              a[u][1] = x4[2 * c + 1];
-              b[u][0] = __ldg(y4 + 2 * c);
-              b[u][1] = __ldg(y4 + 2 * c + 1);
+              if constexpr (kStash) {
+                a[u][0] = reinterpret_cast<const float4*>(x_stash)[2 * c];
+                a[u][1] = reinterpret_cast<const float4*>(x_stash)[2 * c + 1];
+                b[u][0] = reinterpret_cast<const float4*>(w_stash)[2 * c];
+                b[u][1] = reinterpret_cast<const float4*>(w_stash)[2 * c + 1];
+              } else {
+                a[u][0] = x4[2 * c];
+                a[u][1] = x4[2 * c + 1];
+                b[u][0] = __ldg(y4 + 2 * c);
+                b[u][1] = __ldg(y4 + 2 * c + 1);
+              }
             }
           }
 #pragma unroll
@@ -237,11 +263,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     if constexpr (kVec) {
       const int chunks = K / 8;
       for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-        // The next batch goes out before this one is used: the next chunks of this group,
-        // or the first chunks of this warp's next group.
-        uint4 nx[kUnroll][kOutPerWarp];
-        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll);
-        else load_batch(nx, W, N, K, n0 + n_step, lane);
+        if constexpr (kPreload == 1) load_next(nx);  // the next batch goes out before this one is used
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int c = c0 + u * 32;
@@ -262,10 +284,13 @@ __global__ void __launch_bounds__(kMaxThreads)
             }
           }
         }
+        // wv is used: nx becomes the batch in hand (with kPreload 2, the batch two ahead
+        // goes out now).
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
           for (int o = 0; o < kOutPerWarp; ++o) wv[u][o] = nx[u][o];
+        if constexpr (kPreload == 2) load_next(nx);
       }
     } else {
       for (int k = lane; k < K; k += 32) {
@@ -332,11 +357,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-template <int kMode, bool kVec, int kEpi, int kRows, int kUnroll>
+template <int kMode, bool kVec, int kEpi, int kRows, int kPreload, bool kStash>
 void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
                 int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
                 cudaStream_t stream) {
-  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows, kUnroll>;
+  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows, kPreload, kStash>;
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
   const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
@@ -388,40 +413,25 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  // Rows per block: 1 for one row (a decode step: the fewest registers, so the most warps
-  // resident), else the smallest of 4, 8, 16 that holds M, within max_rows and the shared
-  // memory (the element-wise path keeps 4).
-  int rows = vec && M == 1 && gemv_shape().one_row_kernel ? 1 : 4;
-  const int max_rows = gemv_shape().max_rows;
-  while (vec && rows > 1 && rows < M && rows < max_rows && 2 * rows * row_bytes <= static_cast<size_t>(optin)) rows *= 2;
+  // Rows per block: 1 for one row (a decode step), else 4.
+  const GemvShape shape = gemv_shape();
+  const int rows = vec && M == 1 && shape.one_row_kernel ? 1 : 4;
   const int row_groups = (M + rows - 1) / rows;
-  const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes;
+  // (+ the one-row RMSNorm instance's stash of x and the norm weight, F32)
+  const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes +
+                      (rows == 1 && shape.stash && kMode == GemmInput::RmsNorm ? 2 * static_cast<size_t>(K) * sizeof(float) : 0);
   if (smem > static_cast<size_t>(optin))
     throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
                 " bytes of shared memory per block, more than the device's " + std::to_string(optin));
-  // Deep batches (kUnroll 8) for one-row launches: always (unroll 8), never (4), or (0) when
-  // there are fewer feature pairs than 16 warps per SM would take.
-  const GemvShape shape = gemv_shape();
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  const bool deep = rows == 1 && (shape.unroll == 8 || (shape.unroll == 0 && (N + 1) / 2 < 16 * sms));
-  auto go = [&](auto vec_tag, auto rows_tag, auto unroll_tag) {
-    launch_one<kMode, decltype(vec_tag)::value, kEpi, decltype(rows_tag)::value, decltype(unroll_tag)::value>(
-        row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
-  };
-  using V = std::true_type;
-  using U4 = std::integral_constant<int, 4>;
-  using U8 = std::integral_constant<int, 8>;
-  if (!vec) go(std::false_type{}, std::integral_constant<int, 4>{}, U4{});
-  else if (rows == 1 && deep) go(V{}, std::integral_constant<int, 1>{}, U8{});
-  else if (rows == 1) go(V{}, std::integral_constant<int, 1>{}, U4{});
-  else if (rows == 4) go(V{}, std::integral_constant<int, 4>{}, U4{});
-  else if (rows == 8) go(V{}, std::integral_constant<int, 8>{}, U4{});
-  else go(V{}, std::integral_constant<int, kMaxRowsPerBlock>{}, U4{});
+#define DSINFER_GEMM_LAUNCH(VEC, ROWS, PRE, STASH) \
+  launch_one<kMode, VEC, kEpi, ROWS, PRE, STASH>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream)
+  if (!vec) DSINFER_GEMM_LAUNCH(false, 4, 1, false);
+  else if (rows == 4) DSINFER_GEMM_LAUNCH(true, 4, 1, false);
+  else if (shape.preload == 2 && shape.stash) DSINFER_GEMM_LAUNCH(true, 1, 2, true);
+  else if (shape.preload == 2) DSINFER_GEMM_LAUNCH(true, 1, 2, false);
+  else if (shape.stash) DSINFER_GEMM_LAUNCH(true, 1, 1, true);
+  else DSINFER_GEMM_LAUNCH(true, 1, 1, false);
+#undef DSINFER_GEMM_LAUNCH
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
@@ -442,11 +452,9 @@ GemvShape& shape_setting() {
     if (g.warps != 4 && g.warps != 8) throw Error("DSINFER_CUDA_GEMV_WARPS must be 4 or 8");
     g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
-    g.max_rows = read("DSINFER_CUDA_GEMV_MAX_ROWS", 4, kMaxRowsPerBlock, g.max_rows);
-    if (g.max_rows != 4 && g.max_rows != 8 && g.max_rows != 16) throw Error("DSINFER_CUDA_GEMV_MAX_ROWS must be 4, 8 or 16");
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
-    g.unroll = read("DSINFER_CUDA_GEMV_UNROLL", 0, 8, g.unroll);
-    if (g.unroll != 0 && g.unroll != 4 && g.unroll != 8) throw Error("DSINFER_CUDA_GEMV_UNROLL must be 0 (auto), 4 or 8");
+    g.preload = read("DSINFER_CUDA_GEMV_PRELOAD", 1, 2, g.preload);
+    g.stash = read("DSINFER_CUDA_GEMV_STASH", 0, 1, g.stash ? 1 : 0) == 1;
     return g;
   }();
   return shape;
@@ -459,10 +467,7 @@ GemvShape gemv_shape() { return shape_setting(); }
 void set_gemv_shape(GemvShape shape) {
   if (shape.warps != 4 && shape.warps != 8) throw Error("CUDA GEMM: a block has 4 or 8 warps, not " + std::to_string(shape.warps));
   if (shape.blocks_per_sm < 0) throw Error("CUDA GEMM: blocks per SM must be 0 (as many as fit) or more");
-  if (shape.max_rows != 4 && shape.max_rows != 8 && shape.max_rows != 16)
-    throw Error("CUDA GEMM: rows per block are 4, 8 or 16, not " + std::to_string(shape.max_rows));
-  if (shape.unroll != 0 && shape.unroll != 4 && shape.unroll != 8)
-    throw Error("CUDA GEMM: chunks per lane per batch are 4 or 8 (0: 8 for few feature pairs), not " + std::to_string(shape.unroll));
+  if (shape.preload != 1 && shape.preload != 2) throw Error("CUDA GEMM: 1 or 2 weight batches go out before staging, not " + std::to_string(shape.preload));
   shape_setting() = shape;
 }
 

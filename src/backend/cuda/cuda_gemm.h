@@ -95,24 +95,21 @@ void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act,
 // few). Each feature's dot product is one warp's, in the same lane order whatever the shape,
 // so the shape changes no bit (tests check it); it changes how often a block stages A (once
 // per block), how many loads each SM keeps in flight and how evenly SMs are loaded. Read
-// once from DSINFER_CUDA_GEMV_WARPS / _BLOCKS_PER_SM / _INTERLEAVE / _MAX_ROWS;
-// set_gemv_shape() replaces it for launches (and graph captures) that follow. max_rows caps
-// the rows of A a block stages (4, 8 or 16; a launch of M > 1 rows uses the smallest that
-// holds M, one of one row a one-row kernel):
-// the weights are read once per block of rows, so more rows make verify blocks and prompt
-// chunks cheaper; no bit changes. unroll (DSINFER_CUDA_GEMV_UNROLL): 16-byte weight chunks
-// per lane per load batch in one-row launches (decode), 4 or 8 (0: 8 when the feature pairs
-// are fewer than 16 warps per SM); deeper batches shorten a warp's chain of load round
-// trips where each warp streams one long row pair; no bit changes. one_row_kernel
-// (DSINFER_CUDA_GEMV_ONE_ROW, default on): one row runs the one-row instance (fewer registers)
-// rather than a 4-row one; no bit changes.
+// once from DSINFER_CUDA_GEMV_WARPS / _BLOCKS_PER_SM / _INTERLEAVE / _ONE_ROW;
+// set_gemv_shape() replaces it for launches (and graph captures) that follow.
+// one_row_kernel (default on): a launch of one row (a decode step) runs the instance built
+// for one row (fewer registers, no loops over absent rows) rather than the 4-row one; no bit
+// changes. In the one-row instance: preload (DSINFER_CUDA_GEMV_PRELOAD, 1 or 2) weight
+// batches per warp go out before A is staged; stash (DSINFER_CUDA_GEMV_STASH) keeps an RMSNorm
+// input and its weight in shared memory between the sum-of-squares pass and the normalising
+// pass (one L2 round trip instead of two); no bit changes.
 struct GemvShape {
   int warps = 4;
   int blocks_per_sm = 0;
   bool interleave = false;
-  int max_rows = 16;
-  int unroll = 4;
   bool one_row_kernel = true;
+  int preload = 1;
+  bool stash = false;
 };
 GemvShape gemv_shape();
 void set_gemv_shape(GemvShape shape);
