@@ -70,7 +70,7 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // weights are constant, so each warp issues its first batch of weight loads before the PDL
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
-template <int kMode, bool kVec, int kEpi, int kRowsPerBlock, int kPreload, bool kStashX>
+template <int kMode, bool kVec, int kEpi, int kRowsPerBlock>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
@@ -88,32 +88,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int pair_base = interleave ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
   const int n_step = gridDim.x * out_per_block;  // features between a warp's pairs
 
-  // kPreload batches of weight loads (1 or 2) go out before the PDL wait and the A staging:
-  // wv (the batch the dot loop consumes next) and, with 2, nx (the one after; more bytes in
-  // flight while A is staged, more registers held). The load cursor (ln0, lc) runs ahead of
-  // the dot loop: the next chunks of the same pair, or the first chunks of the warp's next
-  // pair (load_batch issues nothing past N).
-  uint4 wv[kUnroll][kOutPerWarp], nx[kUnroll][kOutPerWarp];
-  int ln0 = pair_base * kOutPerWarp, lc = lane;
-  auto load_next = [&](uint4 (&dst)[kUnroll][kOutPerWarp]) {
-    load_batch(dst, W, N, K, ln0, lc);
-    lc += 32 * kUnroll;
-    if (lc >= K / 8) lc = lane, ln0 += n_step;
-  };
-  if constexpr (kVec) {
-    load_next(wv);
-    if constexpr (kPreload == 2) load_next(nx);
-  }
+  uint4 wv[kUnroll][kOutPerWarp];
+  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
-  // kStash (an RMSNorm input in the one-row instance, a decode step): the sum-of-squares
-  // pass also copies x and the norm weight to shared memory (after As), so that the
-  // normalising pass reads them there: one round trip to the L2 instead of two on the
-  // critical path of every QKV and gate/up launch. Same values, same order, same bits.
-  constexpr bool kStash = kStashX && kMode == GemmInput::RmsNorm && kRowsPerBlock == 1 && kVec;
-  float* x_stash = reinterpret_cast<float*>(smem_raw + static_cast<size_t>(Kp) * sizeof(bf16));
-  float* w_stash = x_stash + K;
   float inv[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) inv[r] = 1.0f;
@@ -132,20 +111,13 @@ __global__ void __launch_bounds__(kMaxThreads)
           const float4* x4 = reinterpret_cast<const float4*>(x);
           const int n4 = K / 4;
           for (int c0 = threadIdx.x; c0 < n4; c0 += kNormThreads * kStageUnroll) {
-            float4 v[kStageUnroll], nwv[kStageUnroll];
+            float4 v[kStageUnroll];
+#pragma unroll
+            for (int u = 0; u < kStageUnroll; ++u)
+              if (c0 + u * kNormThreads < n4) v[u] = x4[c0 + u * kNormThreads];
 #pragma unroll
             for (int u = 0; u < kStageUnroll; ++u)
               if (c0 + u * kNormThreads < n4) {
-                v[u] = x4[c0 + u * kNormThreads];
-                if constexpr (kStash) nwv[u] = __ldg(reinterpret_cast<const float4*>(in.norm_w) + c0 + u * kNormThreads);
-              }
-#pragma unroll
-            for (int u = 0; u < kStageUnroll; ++u)
-              if (c0 + u * kNormThreads < n4) {
-                if constexpr (kStash) {
-                  reinterpret_cast<float4*>(x_stash)[c0 + u * kNormThreads] = v[u];
-                  reinterpret_cast<float4*>(w_stash)[c0 + u * kNormThreads] = nwv[u];
-                }
                 ss = fmaf(v[u].x, v[u].x, ss);
                 ss = fmaf(v[u].y, v[u].y, ss);
                 ss = fmaf(v[u].z, v[u].z, ss);
@@ -195,17 +167,10 @@ __global__ void __launch_bounds__(kMaxThreads)
           for (int u = 0; u < kStageUnroll; ++u) {
             const int c = c0 + u * nthreads;
             if (c < n8) {
-              if constexpr (kStash) {
-                a[u][0] = reinterpret_cast<const float4*>(x_stash)[2 * c];
-                a[u][1] = reinterpret_cast<const float4*>(x_stash)[2 * c + 1];
-                b[u][0] = reinterpret_cast<const float4*>(w_stash)[2 * c];
-                b[u][1] = reinterpret_cast<const float4*>(w_stash)[2 * c + 1];
-              } else {
-                a[u][0] = x4[2 * c];
-                a[u][1] = x4[2 * c + 1];
-                b[u][0] = __ldg(y4 + 2 * c);
-                b[u][1] = __ldg(y4 + 2 * c + 1);
-              }
+              a[u][0] = x4[2 * c];
+              a[u][1] = x4[2 * c + 1];
+              b[u][0] = __ldg(y4 + 2 * c);
+              b[u][1] = __ldg(y4 + 2 * c + 1);
             }
           }
 #pragma unroll
@@ -263,7 +228,13 @@ __global__ void __launch_bounds__(kMaxThreads)
     if constexpr (kVec) {
       const int chunks = K / 8;
       for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-        if constexpr (kPreload == 1) load_next(nx);  // the next batch goes out before this one is used
+        // The next batch goes out before this one is used: the next chunks of this group,
+        // or the first chunks of this warp's next group. (A second batch issued before the
+        // A staging held more registers and measured 323 against 371 tokens/s on the H200:
+        // docs/PERFORMANCE.md, session 12.)
+        uint4 nx[kUnroll][kOutPerWarp];
+        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll);
+        else load_batch(nx, W, N, K, n0 + n_step, lane);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int c = c0 + u * 32;
@@ -284,13 +255,10 @@ __global__ void __launch_bounds__(kMaxThreads)
             }
           }
         }
-        // wv is used: nx becomes the batch in hand (with kPreload 2, the batch two ahead
-        // goes out now).
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
           for (int o = 0; o < kOutPerWarp; ++o) wv[u][o] = nx[u][o];
-        if constexpr (kPreload == 2) load_next(nx);
       }
     } else {
       for (int k = lane; k < K; k += 32) {
@@ -357,11 +325,11 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-template <int kMode, bool kVec, int kEpi, int kRows, int kPreload, bool kStash>
+template <int kMode, bool kVec, int kEpi, int kRows>
 void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
                 int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
                 cudaStream_t stream) {
-  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows, kPreload, kStash>;
+  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows>;
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
   const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
@@ -414,24 +382,15 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
   // Rows per block: 1 for one row (a decode step), else 4.
-  const GemvShape shape = gemv_shape();
-  const int rows = vec && M == 1 && shape.one_row_kernel ? 1 : 4;
+  const int rows = vec && M == 1 && gemv_shape().one_row_kernel ? 1 : 4;
   const int row_groups = (M + rows - 1) / rows;
-  // (+ the one-row RMSNorm instance's stash of x and the norm weight, F32)
-  const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes +
-                      (rows == 1 && shape.stash && kMode == GemmInput::RmsNorm ? 2 * static_cast<size_t>(K) * sizeof(float) : 0);
+  const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes;
   if (smem > static_cast<size_t>(optin))
     throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
                 " bytes of shared memory per block, more than the device's " + std::to_string(optin));
-#define DSINFER_GEMM_LAUNCH(VEC, ROWS, PRE, STASH) \
-  launch_one<kMode, VEC, kEpi, ROWS, PRE, STASH>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream)
-  if (!vec) DSINFER_GEMM_LAUNCH(false, 4, 1, false);
-  else if (rows == 4) DSINFER_GEMM_LAUNCH(true, 4, 1, false);
-  else if (shape.preload == 2 && shape.stash) DSINFER_GEMM_LAUNCH(true, 1, 2, true);
-  else if (shape.preload == 2) DSINFER_GEMM_LAUNCH(true, 1, 2, false);
-  else if (shape.stash) DSINFER_GEMM_LAUNCH(true, 1, 1, true);
-  else DSINFER_GEMM_LAUNCH(true, 1, 1, false);
-#undef DSINFER_GEMM_LAUNCH
+  if (!vec) launch_one<kMode, false, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else if (rows == 1) launch_one<kMode, true, kEpi, 1>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else launch_one<kMode, true, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
@@ -453,8 +412,6 @@ GemvShape& shape_setting() {
     g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
-    g.preload = read("DSINFER_CUDA_GEMV_PRELOAD", 1, 2, g.preload);
-    g.stash = read("DSINFER_CUDA_GEMV_STASH", 0, 1, g.stash ? 1 : 0) == 1;
     return g;
   }();
   return shape;
@@ -467,7 +424,6 @@ GemvShape gemv_shape() { return shape_setting(); }
 void set_gemv_shape(GemvShape shape) {
   if (shape.warps != 4 && shape.warps != 8) throw Error("CUDA GEMM: a block has 4 or 8 warps, not " + std::to_string(shape.warps));
   if (shape.blocks_per_sm < 0) throw Error("CUDA GEMM: blocks per SM must be 0 (as many as fit) or more");
-  if (shape.preload != 1 && shape.preload != 2) throw Error("CUDA GEMM: 1 or 2 weight batches go out before staging, not " + std::to_string(shape.preload));
   shape_setting() = shape;
 }
 

@@ -99,17 +99,12 @@ void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act,
 // set_gemv_shape() replaces it for launches (and graph captures) that follow.
 // one_row_kernel (default on): a launch of one row (a decode step) runs the instance built
 // for one row (fewer registers, no loops over absent rows) rather than the 4-row one; no bit
-// changes. In the one-row instance: preload (DSINFER_CUDA_GEMV_PRELOAD, 1 or 2) weight
-// batches per warp go out before A is staged; stash (DSINFER_CUDA_GEMV_STASH) keeps an RMSNorm
-// input and its weight in shared memory between the sum-of-squares pass and the normalising
-// pass (one L2 round trip instead of two); no bit changes.
+// changes.
 struct GemvShape {
   int warps = 4;
   int blocks_per_sm = 0;
   bool interleave = false;
   bool one_row_kernel = true;
-  int preload = 1;
-  bool stash = false;
 };
 GemvShape gemv_shape();
 void set_gemv_shape(GemvShape shape);
