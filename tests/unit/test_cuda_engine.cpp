@@ -534,7 +534,6 @@ TEST(CudaDrafter, DraftsAreBatchInvariantAndSampledItemsCarryQ) {
   EngineFixture& f = engine_fixture();
   auto d = load_drafter(kRoot + "/dspark", *f.model);
   ASSERT_TRUE(d->info().on_device);
-  const int64_t F = static_cast<int64_t>(d->info().target_layer_ids.size()) * f.model->config().hidden_size;
   const int N = 6;
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::vector<float>> rows;
@@ -586,8 +585,11 @@ TEST(CudaDrafter, DraftsAreBatchInvariantAndSampledItemsCarryQ) {
     EXPECT_NEAR(sum, 1.0, 1e-3);
     EXPECT_GT(mixed[1].q[k * V + mixed[1].tokens[k]], 0.0f);
   }
-  for (int i = 0; i < N; ++i)
-    if (i != 1) EXPECT_EQ(mixed[i].tokens, got[i].tokens) << "item " << i;
+  for (int i = 0; i < N; ++i) {
+    if (i != 1) {
+      EXPECT_EQ(mixed[i].tokens, got[i].tokens) << "item " << i;
+    }
+  }
   EXPECT_THROW(d->propose(*alone[0], V, 4, greedy, rngs[0]), Error);
   EXPECT_THROW(d->set_window(*alone[0], -1), Error);
 }
