@@ -272,42 +272,6 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
   EXPECT_THROW(set_gemv_shape(GemvShape{6, 0}), Error);
 }
 
-// The early launch (gemm_rows' early: weights copied to shared memory before the PDL wait)
-// gives the plain launch's bits: the o projection's shape (one pair per warp, 64 KB of
-// weights per block), right after another kernel in the stream; and where it does not apply
-// (more pairs than warps; rows too long for shared memory) it falls back to the plain
-// launch, with the same bits again.
-TEST(CudaKernels, EarlyGemmEqualsPlainLaunch) {
-  SKIP_WITHOUT_GPU();
-  for (auto [K0, N0] : {std::pair{4096, 2560}, std::pair{256, 40002}, std::pair{16384, 64}, std::pair{1000, 33}}) {
-    const int K = K0, N = N0;
-    SCOPED_TRACE("K " + std::to_string(K) + ", N " + std::to_string(N));
-    std::mt19937 rng(77);
-    std::vector<float> xf, wf, y0(N);
-    Dev<uint16_t> X(random_bf16(size_t(K), rng, 1.0f, &xf));
-    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : y0) v = nd(rng);
-    auto run = [&](bool early) {
-      Dev<float> Y(y0);
-      Dev<float> scratch(size_t(N) * 4);
-      // Another kernel first, so an early launch really overlaps one.
-      gemm_rows(GemmInput::bf16_rows(as_bf16(W.p), K), as_bf16(W.p), 4, K, scratch.p, 4, std::min(N, 4), false, nullptr);
-      gemm_rows(GemmInput::bf16_rows(as_bf16(X.p), K), as_bf16(W.p), N, K, Y.p, N, 1, true, nullptr, nullptr, {}, early);
-      return Y.get();
-    };
-    const std::vector<float> plain = run(false), early = run(true);
-    EXPECT_EQ(0, std::memcmp(plain.data(), early.data(), plain.size() * sizeof(float)));
-    double worst = 0.0;  // and the value itself, against a double reference
-    for (int n = 0; n < N; ++n) {
-      double ref = y0[n];
-      for (int k = 0; k < K; ++k) ref += double(xf[k]) * wf[size_t(n) * K + k];
-      worst = std::max(worst, std::abs(ref - early[n]));
-    }
-    EXPECT_LT(worst, 1e-3 * std::sqrt(double(K)));
-  }
-}
-
 // A wide GEMM (many more feature groups than resident blocks, so each block walks several
 // groups with the next group's weights prefetched): against a double reference, a row alone
 // == the row in the batch, and the argmax keys (reduced per block, then atomicMax) give each

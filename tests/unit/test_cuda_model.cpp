@@ -409,37 +409,6 @@ TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
   }
 }
 
-// One-row forwards with the early o projection (early_o_proj: the o GEMM starts while
-// attention runs and copies its weights to shared memory): the same logit bits as the plain
-// launch, dense and paged, on every test shape, graphs on (the early launch is a
-// programmatic dependent launch inside the captured graph); a verify block follows the
-// one-row steps, as in the fold test.
-TEST(CudaModel, EarlyOProjectionEqualsPlainLaunch) {
-  SKIP_WITHOUT_GPU();
-  const std::vector<int32_t>& seq = kDecodeSeq;
-  const int prefix = kDecodePrefix;
-  for (const std::string& dir : decode_test_dirs()) {
-    SCOPED_TRACE(dir);
-    auto [me, mp] = load_with_and_without(dir, &CudaModelOptions::early_o_proj);
-    auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
-      std::vector<float> logits = prefill_then_decode(m, *kv, seq, prefix);
-      ForwardOutput out;
-      ForwardBatch blk;
-      blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
-      m.forward(*kv, blk, out);
-      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-      return logits;
-    };
-    for (bool paged : {false, true}) {
-      SCOPED_TRACE(paged ? "paged" : "dense");
-      const std::vector<float> a = run(*me, paged), b = run(*mp, paged);
-      ASSERT_EQ(a.size(), b.size());
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
-    }
-  }
-}
-
 TEST(CudaModel, BadInputGivesErrors) {
   SKIP_WITHOUT_GPU();
   auto m = load_qwen3_cuda(kQwen3Dir + "/tied_gqa2");

@@ -33,11 +33,6 @@ struct CudaModelOptions {
   // cache) inside attention's kernel (attention_rows_fold_qk): same bits, one launch fewer
   // per layer. DSINFER_CUDA_FOLD_QK=0 / 1 over this field.
   bool fold_qk_decode = true;
-  // A forward of exactly one row launches its o-projection GEMMs early: each starts while
-  // attention runs (the DRAM is idle then) and copies its weights to shared memory before
-  // waiting for attention (gemm_rows' early): same bits. DSINFER_CUDA_EARLY_O=0 / 1 over
-  // this field.
-  bool early_o_proj = false;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;

@@ -55,9 +55,7 @@ namespace dsinfer::cuda {
 // cuda_device.cpp (docs/PERFORMANCE.md has the measurements behind it).
 namespace dsinfer::cuda {
 
-// Always: a launch that is built around starting early (the row GEMM's early o projection,
-// cuda_gemm.h); it uses the attribute on sm_90+ whatever DSINFER_CUDA_PDL says.
-enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4, Always = 1u << 30 };
+enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
 bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected
 
 // The OR of the bits of the names in value, a comma list of names (cuda_device.cpp); an

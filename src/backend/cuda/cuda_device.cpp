@@ -89,15 +89,6 @@ unsigned parse_name_list(const char* var, const std::string& value, std::initial
 constexpr unsigned kPdlDefaultSites = 0;
 
 bool pdl_enabled(PdlSite site) {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return major >= 9;
-  }();
-  if (site == PdlSite::Always) return sm90;
   static const unsigned mask = [] {
     const char* e = std::getenv("DSINFER_CUDA_PDL");
     unsigned m = kPdlDefaultSites;
@@ -111,7 +102,13 @@ bool pdl_enabled(PdlSite site) {
                              {"attn", static_cast<unsigned>(PdlSite::Attention)},
                              {"qk", static_cast<unsigned>(PdlSite::QkStep)}});
     }
-    return sm90 ? m : 0u;
+    if (m == 0) return 0u;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 0u;
+    }
+    return major >= 9 ? m : 0u;
   }();
   return (mask & static_cast<unsigned>(site)) != 0;
 }

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cuda/cuda_bulk_copy.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemv_impl.cuh"
 #include "backend/cuda/cuda_gemm.h"
@@ -71,7 +70,7 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
 // weights are constant, so each warp issues its first batch of weight loads before the PDL
 // wait and the A staging, and from then on always has the next batch (the next chunks, or
 // the first chunks of its next group) in flight while it computes the current one.
-template <int kMode, bool kVec, int kEpi, int kRowsPerBlock, bool kEarly>
+template <int kMode, bool kVec, int kEpi, int kRowsPerBlock>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
@@ -89,40 +88,8 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int pair_base = interleave ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
   const int n_step = gridDim.x * out_per_block;  // features between a warp's pairs
 
-  // kEarly (the early o projection, see gemm_rows): every warp owns at most one feature pair
-  // (the launch checks it) and copies both its weight rows to shared memory (Ws, after As)
-  // with bulk copies before the PDL wait, so the whole matrix streams while the kernel before
-  // (attention) still runs; the dot loop then reads the weights from Ws in the same order.
-  bf16* Ws = reinterpret_cast<bf16*>(smem_raw + static_cast<size_t>(Kp) * sizeof(bf16));  // [warps][2][K]
-  uint64_t* wbar = reinterpret_cast<uint64_t*>(Ws + static_cast<size_t>(nwarps) * kOutPerWarp * K);
-  const int chunks = K / 8;
-  auto fetch = [&](uint4 (&dst)[kUnroll][kOutPerWarp], int n0, int c0) {
-    if constexpr (kEarly) {
-      if (n0 >= N) return;
-      const uint4* w4 = reinterpret_cast<const uint4*>(Ws) + static_cast<size_t>(warp) * kOutPerWarp * chunks;
-#pragma unroll
-      for (int o = 0; o < kOutPerWarp; ++o)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          if (c0 + u * 32 < chunks) dst[u][o] = w4[(n0 + o < N ? o : 0) * chunks + c0 + u * 32];
-    } else {
-      load_batch(dst, W, N, K, n0, c0);
-    }
-  };
   uint4 wv[kUnroll][kOutPerWarp];
-  if constexpr (kEarly) {
-    const int n0 = pair_base * kOutPerWarp, rows = n0 < N ? min(kOutPerWarp, N - n0) : 0;
-    if (lane == 0) {
-      detail::mbar_init(&wbar[warp], 1);
-      detail::mbar_init_fence();
-      detail::mbar_expect_tx(&wbar[warp], static_cast<unsigned>(rows) * K * sizeof(bf16));
-      for (int o = 0; o < rows; ++o)
-        detail::bulk_copy(Ws + (static_cast<size_t>(warp) * kOutPerWarp + o) * K, W + static_cast<int64_t>(n0 + o) * K,
-                          K * sizeof(bf16), &wbar[warp]);
-    }
-  } else if constexpr (kVec) {
-    load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
-  }
+  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
@@ -250,10 +217,6 @@ __global__ void __launch_bounds__(kMaxThreads)
   unsigned long long best[kRowsPerBlock];
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) best[r] = 0ull;
-  if constexpr (kEarly) {
-    detail::mbar_wait(&wbar[warp], 0);
-    fetch(wv, pair_base * kOutPerWarp, lane);
-  }
   for (int n0 = pair_base * kOutPerWarp;; n0 += n_step) {
     if (n0 >= N) break;  // (later pairs only go further past N)
     const int nw = min(kOutPerWarp, N - n0);
@@ -263,14 +226,15 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
       for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = 0.0f;
     if constexpr (kVec) {
+      const int chunks = K / 8;
       for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
         // The next batch goes out before this one is used: the next chunks of this group,
         // or the first chunks of this warp's next group. (A second batch issued before the
         // A staging held more registers and measured 323 against 371 tokens/s on the H200:
         // docs/PERFORMANCE.md, session 12.)
         uint4 nx[kUnroll][kOutPerWarp];
-        if (c0 + 32 * kUnroll < chunks) fetch(nx, n0, c0 + 32 * kUnroll);
-        else fetch(nx, n0 + n_step, lane);
+        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll);
+        else load_batch(nx, W, N, K, n0 + n_step, lane);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int c = c0 + u * 32;
@@ -361,20 +325,14 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
 }
 
-// Launches one instance; false (nothing launched) when kEarly does not apply: the weight
-// rows do not fit shared memory, or a warp would own more than one feature pair.
-template <int kMode, bool kVec, int kEpi, int kRows, bool kEarly = false>
-bool launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
+template <int kMode, bool kVec, int kEpi, int kRows>
+void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
                 int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
-                cudaStream_t stream, int optin = 0) {
-  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows, kEarly>;
+                cudaStream_t stream) {
+  auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows>;
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
   const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
-  if constexpr (kEarly) {
-    smem += static_cast<size_t>(shape.warps) * (kOutPerWarp * static_cast<size_t>(K) * sizeof(bf16) + sizeof(uint64_t));
-    if (smem > static_cast<size_t>(optin)) return false;
-  }
   // Per instance (one device per process): the shared memory opted in so far, and the
   // resident blocks per SM for each (dynamic shared memory, block size) seen.
   thread_local size_t allowed = 0;
@@ -404,16 +362,13 @@ bool launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   const int per_block = (groups + cap - 1) / cap;
   const int pairs = (N + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(shape.interleave ? std::min(cap, pairs) : (groups + per_block - 1) / per_block, row_groups);
-  if (kEarly && static_cast<int64_t>(grid.x) * shape.warps * kOutPerWarp < N) return false;
-  launch_pdl(kEarly ? PdlSite::Always : PdlSite::Gemv, kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M,
-             accumulate ? 1 : 0, keys, silu_out, ld_silu, next, shape.interleave ? 1 : 0);
-  return true;
+  launch_pdl(PdlSite::Gemv, kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
+             ld_silu, next, shape.interleave ? 1 : 0);
 }
 
 template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream,
-            bool early = false) {
+            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
   const size_t row_bytes = static_cast<size_t>((K + 7) & ~7) * sizeof(bf16);  // one staged row of A
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
   if (optin == 0) {
@@ -433,14 +388,6 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   if (smem > static_cast<size_t>(optin))
     throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
                 " bytes of shared memory per block, more than the device's " + std::to_string(optin));
-  if constexpr (kMode == GemmInput::Bf16 && kEpi == kEpiY) {
-    if (early && rows == 1 && !keys &&
-        launch_one<kMode, true, kEpi, 1, true>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out,
-                                               ld_silu, next, stream, optin)) {
-      DSINFER_CUDA_LAUNCHED("gemm_rows_kernel (early)");
-      return;
-    }
-  }
   if (!vec) launch_one<kMode, false, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   else if (rows == 1) launch_one<kMode, true, kEpi, 1>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   else launch_one<kMode, true, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
@@ -481,10 +428,10 @@ void set_gemv_shape(GemvShape shape) {
 }
 
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next, bool early) {
+               cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   switch (in.kind) {
-    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream, early); break;
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
     case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
     case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
   }
@@ -517,10 +464,10 @@ Gemm::~Gemm() {
 }
 
 void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next, bool early) {
+               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   if (invariant_) {
-    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys, next, early);
+    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys, next);
     return;
   }
   // Materialise A as BF16 rows, then cuBLAS.

@@ -68,10 +68,8 @@ class Gemm {
   bool batch_invariant() const { return invariant_; }
   // ldy: row stride of Y. accumulate: Y += A·Wᵀ instead of Y = A·Wᵀ. scratch: room for
   // M * K BF16 values, used by the cuBLAS path to materialise A (may be null for Bf16).
-  // early: see gemm_rows (the invariant path only; cuBLAS ignores it).
   void run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {},
-           bool early = false);
+           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
   // The gate/up projection with SwiGLU as its epilogue: W's rows are (gate_0, up_0, gate_1,
   // up_1, ...) (N = 2I, interleaved at upload) and act[m, i] = bf16(silu(gate_i) * up_i)
   // (row stride ld_act), the same value the SiluMul input computes from [gate | up] rows.
@@ -85,16 +83,9 @@ class Gemm {
   void* workspace_ = nullptr;
 };
 
-// The invariant row kernel alone (tests call it directly). early (a one-row BF16 input
-// without argmax, every warp owning at most one feature pair, its two weight rows fitting
-// shared memory; otherwise ignored): the launch may start while the kernel before it runs
-// (programmatic dependent launch on sm_90, whatever DSINFER_CUDA_PDL says) and copies its
-// whole weight matrix to shared memory before waiting for it. For the o projection after
-// attention, whose latency-bound kernel leaves the DRAM idle (attention triggers its
-// dependents at its start). Same bits as the plain launch.
+// The invariant row kernel alone (tests call it directly).
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {},
-               bool early = false);
+               cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
 // The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
                     cudaStream_t stream, L2Prefetch next = {});

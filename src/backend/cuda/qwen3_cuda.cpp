@@ -198,7 +198,6 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   } attn_stat_;
   void collect_attn_timing();
   bool fold_qk_ = true;  // options.fold_qk_decode, or DSINFER_CUDA_FOLD_QK over it
-  bool early_o_ = false;  // options.early_o_proj, or DSINFER_CUDA_EARLY_O over it
   // A forward of T rows runs the q/k step inside attention: one row (its key is the only new
   // one of its slot), and no L2 window prefetch riding on the separate q/k kernel.
   bool folds_qk(int T) const { return fold_qk_ && T == 1 && pf_window_ == 0; }
@@ -417,12 +416,6 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     fold = std::string(e) == "1";
   }
   fold_qk_ = fold && cfg.head_dim % 8 == 0;
-  early_o_ = opts.early_o_proj;
-  if (const char* e = std::getenv("DSINFER_CUDA_EARLY_O")) {
-    if (std::string(e) != "0" && std::string(e) != "1")
-      throw Error(std::string("DSINFER_CUDA_EARLY_O must be 0 or 1, not '") + e + "'");
-    early_o_ = std::string(e) == "1";
-  }
 
   // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
   // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
@@ -746,12 +739,9 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     }
     if (diag_omit_ & kAddEmpty) empty_launch(32, 256, s);
     if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
-    // Early o: attention (directly before, triggering its dependents at its start) leaves
-    // the DRAM idle; the o GEMM's blocks take the free SMs and copy their weights meanwhile.
-    const bool early_o = early_o_ && T == 1 && !side && !(diag_omit_ & (kOmitAttn | kAddEmpty));
     if (!(diag_omit_ & kOmitO))
       gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
-                 range(W.gu, b_gu, gu_win, pf_tail_), early_o);
+                 range(W.gu, b_gu, gu_win, pf_tail_));
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
     if (!(diag_omit_ & kOmitGu))
