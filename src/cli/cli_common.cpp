@@ -30,6 +30,17 @@ void add_top_p_option(CLI::App* sub, float* dest, const std::string& help) {
           "(0, 1]"));
 }
 
+void add_draft_vocab_options(CLI::App* sub, int* size, std::string* file) {
+  sub->add_option("--draft-vocab", *size,
+                  "Draft from the N most frequent token ids only (lossless: the target verifies against its whole "
+                  "vocabulary; the drafter's LM head and Markov head cost N/V). 0 = the whole vocabulary; default: "
+                  "the ranking's default_size (draft_vocab.json in the drafter's or the target's directory), else all")
+      ->check(CLI::Range(0, 1 << 24));
+  sub->add_option("--draft-vocab-file", *file,
+                  "Token frequency ranking for --draft-vocab (made by dsinfer draft-vocab; default: draft_vocab.json "
+                  "in the drafter's directory, else in the target's)");
+}
+
 void apply_matmul_precision(const std::string& value) {
   if (value == "f32") {
     set_matmul_precision(MatmulPrecision::F32);

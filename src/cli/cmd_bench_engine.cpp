@@ -82,6 +82,8 @@ struct BenchEngineArgs {
   // ending in "+prefetch" does it for that entry only); drafter threads of the worker.
   bool async_prefetch = false;
   int async_draft_threads = 0;
+  int draft_vocab = -1;  // DrafterOptions::draft_vocab_size
+  std::string draft_vocab_file;
 };
 
 // MemAvailable of /proc/meminfo in bytes (the budget --cache-prealloc-ratio takes a share of).
@@ -209,7 +211,10 @@ int run_bench_engine(const BenchEngineArgs& a) {
   const bool needs_drafter = std::any_of(policies.begin(), policies.end(), [](auto& p) { return p != "none"; });
   if (needs_drafter) {
     if (a.draft_model_path.empty()) throw Error("--draft-model-path: needed by the policies other than none");
-    drafter = load_drafter(a.draft_model_path, *model);
+    DrafterOptions dopts;
+    dopts.draft_vocab_size = a.draft_vocab;
+    dopts.draft_vocab_file = a.draft_vocab_file;
+    drafter = load_drafter(a.draft_model_path, *model, dopts);
     cal = load_calibration(a.draft_model_path);
   }
   // The same JSON-lines format as `dsinfer calibrate`: {"prompt": text} or {"prompt_ids": [...]}.
@@ -411,6 +416,7 @@ Runner register_bench_engine(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("bench-engine", "Offline throughput of the batched engine over concurrency and verify policies");
   sub->add_option("--model-path", a->model_path, "Target model directory")->required();
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
+  add_draft_vocab_options(sub, &a->draft_vocab, &a->draft_vocab_file);
   sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");
   sub->add_option("--policies", a->policies,

@@ -37,6 +37,8 @@ struct CalibrateArgs {
   uint64_t seed = 0;
   int block_size = 0;
   int threads = 0;
+  int draft_vocab = -1;  // DrafterOptions::draft_vocab_size
+  std::string draft_vocab_file;
 };
 
 int run_calibrate(const CalibrateArgs& a) {
@@ -45,7 +47,12 @@ int run_calibrate(const CalibrateArgs& a) {
   auto model = load_model(a.model_path);
   std::unique_ptr<Tokenizer> tok;
   if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
-  auto drafter = load_drafter(a.draft_model_path, *model, DrafterOptions{});
+  // The drafter as generate/serve load it by default (a ranking's reduced draft vocabulary
+  // included), so the calibration matches the drafts it will gate.
+  DrafterOptions dopts;
+  dopts.draft_vocab_size = a.draft_vocab;
+  dopts.draft_vocab_file = a.draft_vocab_file;
+  auto drafter = load_drafter(a.draft_model_path, *model, dopts);
   const DrafterInfo& info = drafter->info();
   if (!info.confidence_head)
     throw Error("--draft-model-path " + a.draft_model_path + ": drafter kind '" + info.kind +
@@ -91,6 +98,7 @@ Runner register_calibrate(CLI::App& app) {
   sub->add_option("--model-path", a->model_path, "Target model directory")->required();
   sub->add_option("--draft-model-path", a->draft_model_path, "DSpark draft checkpoint directory (with a confidence head)")
       ->required();
+  add_draft_vocab_options(sub, &a->draft_vocab, &a->draft_vocab_file);
   sub->add_option("--prompts", a->prompts, "JSON lines: {\"prompt\": \"...\"} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--max-rounds", a->max_rounds, "Total speculative rounds over all prompts (equal share per prompt)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));

@@ -101,7 +101,10 @@ int run_debug(const DebugArgs& a) {
   auto model = load_model(a.model_path);
   const ModelConfig& tc = model->config();
   const DraftConfig dc = parse_draft_config(a.draft_model_path, tc);
-  auto drafter = load_drafter(a.draft_model_path, *model, DrafterOptions{});
+  // The whole vocabulary: the dump is compared with the reference implementation's logits.
+  DrafterOptions dopts;
+  dopts.draft_vocab_size = 0;
+  auto drafter = load_drafter(a.draft_model_path, *model, dopts);
   const auto* block = dynamic_cast<const BlockDrafter*>(drafter.get());
   if (!block) throw Error("--draft-model-path " + a.draft_model_path + ": not a DFlash/DSpark block drafter");
   const DrafterInfo& info = drafter->info();

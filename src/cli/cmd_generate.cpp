@@ -64,6 +64,8 @@ struct GenerateArgs {
   std::string details_path;
   int ngram_max = 0, ngram_min = 0;  // 0: unset (defaults 3 and 1)
   int window_size = -1;              // -1: unset; 0 = unlimited draft context
+  int draft_vocab = -1;              // -1: the ranking's default (DrafterOptions::draft_vocab_size)
+  std::string draft_vocab_file;
   float validation_threshold = -1;   // -1: unset
   std::string spec_schedule;         // "": the method's default (see resolve_schedule)
   std::string sps_table_path;        // --sps-table: a fixed SPS(B) table instead of profiling
@@ -98,6 +100,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     if (a.block_size > 0) throw Error("--block-size: needs --spec dflash, dspark or ngram");
     if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs --spec dflash, dspark or ngram");
     if (a.window_size >= 0) throw Error("--dflash-window-size: needs --spec dflash or dspark");
+    if (a.draft_vocab >= 0 || !a.draft_vocab_file.empty()) throw Error("--draft-vocab: needs --spec dflash or dspark");
     if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: needs --spec dspark");
     if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
       throw Error("--spec-schedule " + a.spec_schedule + ": needs --spec dspark (plain decoding verifies nothing)");
@@ -109,6 +112,7 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
   if (method == "ngram") {
     if (!a.draft_model_path.empty()) throw Error("--draft-model-path: not used by --spec ngram (it has no weights)");
     if (a.window_size >= 0) throw Error("--dflash-window-size: not used by --spec ngram (it has no draft context cache)");
+    if (a.draft_vocab >= 0 || !a.draft_vocab_file.empty()) throw Error("--draft-vocab: not used by --spec ngram (it has no LM head)");
     if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: not used by --spec ngram (no confidences)");
     if (!a.spec_schedule.empty() && a.spec_schedule != "fixed")
       throw Error("--spec-schedule " + a.spec_schedule + ": not used by --spec ngram (no confidences)");
@@ -134,6 +138,8 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
     throw Error("--draft-model-path: " + draft_dir + "/config.json not found (expected a drafter checkpoint directory)");
   DrafterOptions dopts;
   if (a.window_size >= 0) dopts.window_size = a.window_size;  // else the drafter's recommended window
+  dopts.draft_vocab_size = a.draft_vocab;
+  dopts.draft_vocab_file = a.draft_vocab_file;
   std::unique_ptr<Drafter> d = load_drafter(draft_dir, target, dopts);
   if (!method.empty()) check_drafter_kind(method, d->info());
   if (a.block_size > 0) opts.max_draft_tokens = drafts_for_block_size(d->info(), a.block_size);
@@ -176,6 +182,8 @@ std::unique_ptr<Drafter> make_drafter(const GenerateArgs& a, const std::string& 
       // nothing about the GPU (and the GEMM mode / graphs change the GPU's costs too).
       std::string machine = sps_machine_string(static_cast<int>(ThreadPool::global().size()), po);
       if (device_is_cuda(a.dev)) machine += " | device " + device_summary(a.dev);
+      // A reduced draft vocabulary changes the drafter's cost, which the table includes.
+      if (d->info().draft_vocab > 0) machine += " | draft vocab " + std::to_string(d->info().draft_vocab);
       bool profiled = false;
       res.sps = load_or_profile_sps(target, d.get(), hash, machine, default_sps_cache_path(hash), po, &profiled);
       if (profiled)
@@ -306,6 +314,7 @@ int run_generate(const GenerateArgs& a) {
                  {"draft_ms", r.spec.draft_ms},
                  {"verify_ms", r.spec.verify_ms},
                  {"lookup_rounds", r.spec.lookup_rounds},
+                 {"draft_vocab", drafter ? drafter->info().draft_vocab : 0},
                  {"tokens_per_second", decode_tps}};
     std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", s.c_str());
@@ -325,8 +334,10 @@ int run_generate(const GenerateArgs& a) {
                     static_cast<double>(r.spec.accepted[k]) / static_cast<double>(r.spec.proposed[k]));
       acc += buf;
     }
+    std::string shown = method;
+    if (drafter->info().draft_vocab > 0) shown += " (draft vocab " + std::to_string(drafter->info().draft_vocab) + ")";
     std::fprintf(stderr, "spec %s: %d rounds (%d lookup), tau %.3f tokens/round | accepted by draft position: %s | draft %.1f ms, verify %.1f ms | %.2f tokens/s\n",
-                 method.c_str(), r.spec.rounds, r.spec.lookup_rounds, r.spec.tau(), acc.empty() ? "no drafts" : acc.c_str(),
+                 shown.c_str(), r.spec.rounds, r.spec.lookup_rounds, r.spec.tau(), acc.empty() ? "no drafts" : acc.c_str(),
                  r.spec.draft_ms, r.spec.verify_ms, decode_tps);
   }
   return 0;
@@ -368,6 +379,7 @@ Runner register_generate(CLI::App& app) {
                   "(0 = all; default: the drafter's config field dsinfer_context_window, its training "
                   "context, else all)")
       ->check(CLI::Range(0, 1 << 24));
+  add_draft_vocab_options(sub, &a->draft_vocab, &a->draft_vocab_file);
   sub->add_option("--dflash-validation-threshold", a->validation_threshold,
                   "Verify only drafts whose calibrated prefix survival probability stays >= this (0 = off)")
       ->check(CLI::Range(0.0, 1.0));

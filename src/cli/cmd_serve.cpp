@@ -58,6 +58,8 @@ struct ServeArgs {
   float validation_threshold = -1;
   int max_reuse_depth = -1;
   int window_size = -1;
+  int draft_vocab = -1;  // DrafterOptions::draft_vocab_size
+  std::string draft_vocab_file;
   std::string admission_policy = "fcfs";
   bool async_prefetch = false;  // --dflash-enable-async-prefetch / --disable-dflash-async-prefetch
   std::string spec_lookup;      // --spec-lookup on|off; "": on with a model drafter
@@ -178,7 +180,11 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
   if (!draft_path.empty()) {
     DrafterOptions dopts;
     if (a.window_size >= 0) dopts.window_size = a.window_size;  // else the drafter's recommended window
+    dopts.draft_vocab_size = a.draft_vocab;
+    dopts.draft_vocab_file = a.draft_vocab_file;
     L.drafter = load_drafter(draft_path, *L.model, dopts);
+    if (L.drafter->info().draft_vocab > 0)
+      std::fprintf(stderr, "serve: drafting from the %d most frequent ids (--draft-vocab)\n", L.drafter->info().draft_vocab);
     if (!method.empty()) check_drafter_kind(method, L.drafter->info());
     const DrafterInfo& info = L.drafter->info();
     o.drafter = L.drafter.get();
@@ -228,6 +234,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
     if (a.validation_threshold >= 0) throw Error("--dflash-validation-threshold: needs a drafter");
     if (a.max_reuse_depth >= 0) throw Error("--dflash-max-reuse-depth: needs a drafter");
     if (a.window_size >= 0) throw Error("--dflash-window-size: needs a drafter");
+    if (a.draft_vocab >= 0 || !a.draft_vocab_file.empty()) throw Error("--draft-vocab: needs a drafter");
     schedule = "fixed";
   }
   o.policy = server::parse_policy(schedule);
@@ -411,6 +418,7 @@ Runner register_serve(CLI::App& app) {
   sub->add_option("--dflash-max-reuse-depth", a->max_reuse_depth, "Cap on drafts verified per round")
       ->check(CLI::Range(0, 1024));
   sub->add_option("--dflash-window-size", a->window_size, "Drafter context window (0 = all)")->check(CLI::Range(0, 1 << 24));
+  add_draft_vocab_options(sub, &a->draft_vocab, &a->draft_vocab_file);
   sub->add_option("--dspark-scheduler-policy", a->admission_policy,
                   "Admission order of waiting requests: fcfs, hit-rate, latency-aware, hybrid")
       ->check(CLI::IsMember({"fcfs", "hit-rate", "latency-aware", "hybrid"}));

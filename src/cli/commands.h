@@ -22,6 +22,7 @@ Runner register_calibrate(CLI::App& app);
 Runner register_debug_dflash(CLI::App& app);
 Runner register_bench_engine(CLI::App& app);
 Runner register_serve(CLI::App& app);
+Runner register_draft_vocab(CLI::App& app);
 // The harness (src/harness/): load generator, tuner, environment check, cache statistics.
 Runner register_bench(CLI::App& app);
 Runner register_tune(CLI::App& app);
@@ -41,5 +42,9 @@ void add_matmul_precision_option(CLI::App* sub, std::string* dest);
 // message naming the request field; this names the flag).
 void add_top_p_option(CLI::App* sub, float* dest, const std::string& help);
 void apply_matmul_precision(const std::string& value);
+
+// --draft-vocab N and --draft-vocab-file PATH (spec/draft_vocab.h, DrafterOptions): the
+// reduced draft vocabulary. *size stays -1 unless given (the ranking's default_size).
+void add_draft_vocab_options(CLI::App* sub, int* size, std::string* file);
 
 }  // namespace dsinfer::cli

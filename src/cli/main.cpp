@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
   add(dsinfer::cli::register_debug_dflash);
   add(dsinfer::cli::register_bench_engine);
   add(dsinfer::cli::register_serve);
+  add(dsinfer::cli::register_draft_vocab);
   add(dsinfer::cli::register_bench);
   add(dsinfer::cli::register_tune);
   add(dsinfer::cli::register_check_env);

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "model/qwen3_layer.h"
 #include "model/weights.h"
+#include "spec/draft_vocab.h"
 
 namespace dsinfer {
 
@@ -33,6 +34,15 @@ DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const Model& target, co
     const bool with_markov = cfg.confidence_with_markov < 0 ? cfg.markov_rank > 0 : cfg.confidence_with_markov == 1;
     conf_ = std::make_unique<ConfidenceHead>(*store_, H, with_markov ? cfg.markov_rank : 0);
   }
+  draft_head_ = lm_head_;
+  if (!opts.draft_vocab_ids.empty()) {
+    vocab_ = DraftVocab(opts.draft_vocab_ids, V_);
+    draft_head_ = gather_rows(lm_head_, vocab_.ids(), head_rows_);
+    device_head_ = nullptr;  // the target's device head has every row
+    if (markov_) markov_->restrict_output(vocab_.ids());
+    info_.draft_vocab = vocab_.size();
+  }
+  Vd_ = static_cast<int>(draft_head_.rows);
   info_.kind = (markov_ || conf_) ? "dspark" : "dflash-deepspec";
   info_.block_size = cfg.block_size;
   info_.max_draft_tokens = cfg.block_size;
@@ -43,6 +53,10 @@ DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const Model& target, co
 }
 
 DeepSpecDrafter::~DeepSpecDrafter() = default;
+
+void DeepSpecDrafter::note_committed(DraftContext& seq, const int32_t* tokens, int c) const {
+  if (!vocab_.empty()) vocab_.add_context(seq.vocab_extras, tokens, c, lm_head_, markov_ ? &markov_->w2_full() : nullptr);
+}
 
 WeightView DeepSpecDrafter::shared_or_own(const std::string& name, const WeightView* t, int H,
                                           const std::string& weight_dtype) {
@@ -71,9 +85,10 @@ std::vector<DraftProposal> DeepSpecDrafter::run_batch(const std::vector<RunItem>
 namespace {
 // Per-thread buffers of the batched pass (the drafter is const and shared by sequences).
 struct RunWorkspace {
-  std::vector<float> emb, out, rows, base, bias, e, logits;
+  std::vector<float> emb, out, rows, base, bias, e, f, xbias, logits;
   std::vector<int32_t> prev;
   std::vector<float> hrows;
+  std::vector<std::vector<float>> xbase;  // per item: the extras' base logits [n, Ve]
 };
 RunWorkspace& run_ws() {
   thread_local RunWorkspace ws;
@@ -113,28 +128,56 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
   for (int i = 0; i < R; ++i)
     std::memcpy(rows + static_cast<size_t>(row_of[i]) * H, out + static_cast<size_t>(i) * bs * H,
                 static_cast<size_t>(items[i].n) * H * sizeof(float));
-  float* base = grow(ws.base, static_cast<size_t>(total_n) * V_);
+  // The draft vocabulary: the whole one (Vs = V), or the ranked subset (Vs ids, one matmul
+  // over every item) plus each sequence's extras (its committed ids outside the subset, a
+  // small matmul per item). Item i's logit rows are Vs + Ve_i wide; a drafted index c is the
+  // token vocab_.token(c, extras).
+  const int Vs = Vd_;
+  const bool reduced = !vocab_.empty();
+  float* base = grow(ws.base, static_cast<size_t>(total_n) * Vs);
   if (device_head_) device_head_->lm_head(rows, total_n, base, /*apply_norm=*/false);  // on the GPU, same matrix
-  else matmul(rows, total_n, lm_head_, base);
+  else matmul(rows, total_n, draft_head_, base);
+  std::vector<int> ve(items.size(), 0);
+  int max_ve = 0;
+  if (reduced) {
+    ws.xbase.resize(items.size());
+    for (int i = 0; i < R; ++i) {
+      const DraftVocabExtras& x = seqs[i]->vocab_extras;
+      ve[i] = static_cast<int>(x.ids.size());
+      max_ve = std::max(max_ve, ve[i]);
+      if (ve[i] == 0) continue;
+      ws.xbase[i].resize(static_cast<size_t>(items[i].n) * ve[i]);
+      matmul(rows + static_cast<size_t>(row_of[i]) * H, items[i].n, DraftVocab::rows_view(x.head_rows, lm_head_, ve[i]),
+             ws.xbase[i].data());
+    }
+  }
 
   for (int i = 0; i < R; ++i) {
     DraftProposal& p = props[i];
     p.tokens.resize(items[i].n);
-    if (!items[i].params->greedy()) p.q.resize(static_cast<size_t>(items[i].n) * V_);
+    if (!items[i].params->greedy()) p.q.resize(static_cast<size_t>(items[i].n) * V_);  // zero outside the draft vocabulary
     if (conf_) {
       p.confidence.resize(items[i].n);
       p.confidence_logits.resize(items[i].n);
     }
   }
   if (dbg) {
+    const int W = Vs + ve[0];  // debug-dflash asks for the whole vocabulary: W = V there
     dbg->block_size = bs;
     dbg->hidden = H;
-    dbg->vocab = V_;
+    dbg->vocab = W;
     dbg->n = items[0].n;
     dbg->backbone_out.assign(out, out + static_cast<size_t>(bs) * H);
-    dbg->base_logits.assign(base, base + static_cast<size_t>(items[0].n) * V_);
-    if (markov_) dbg->markov_bias.resize(static_cast<size_t>(items[0].n) * V_);
-    dbg->draft_logits.resize(static_cast<size_t>(items[0].n) * V_);
+    dbg->base_logits.resize(static_cast<size_t>(items[0].n) * W);
+    for (int k = 0; k < items[0].n; ++k) {
+      std::copy(base + static_cast<size_t>(k) * Vs, base + static_cast<size_t>(k + 1) * Vs,
+                dbg->base_logits.begin() + static_cast<size_t>(k) * W);
+      if (ve[0] > 0)
+        std::copy(ws.xbase[0].begin() + static_cast<ptrdiff_t>(k) * ve[0], ws.xbase[0].begin() + static_cast<ptrdiff_t>(k + 1) * ve[0],
+                  dbg->base_logits.begin() + static_cast<size_t>(k) * W + Vs);
+    }
+    if (markov_) dbg->markov_bias.resize(static_cast<size_t>(items[0].n) * W);
+    dbg->draft_logits.resize(static_cast<size_t>(items[0].n) * W);
   }
   std::vector<std::vector<float>> states(items.size());
   if (markov_)
@@ -144,7 +187,8 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
   std::vector<int> active;
   std::vector<std::vector<float>*> act_states;
   std::vector<float> probs;
-  float* logits = grow(ws.logits, V_);
+  float* logits = grow(ws.logits, static_cast<size_t>(Vs) + max_ve);
+  float* xbias = reduced && markov_ ? grow(ws.xbias, std::max(max_ve, 1)) : nullptr;
   // Position k of every item still drafting: its Markov bias needs d_{k-1}, so positions
   // run in order, each batched over the items.
   for (int k = 0; k < max_n; ++k) {
@@ -160,43 +204,66 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
     const int m = static_cast<int>(active.size());
     float* bias = nullptr;
     float* e = nullptr;
+    float* f = nullptr;  // the W2 inputs, for the extras' bias
     if (markov_) {
       // h rows of the active items at position k, gathered contiguously.
       float* hrows = grow(ws.hrows, static_cast<size_t>(m) * H);
       for (int a = 0; a < m; ++a)
         std::memcpy(hrows + static_cast<size_t>(a) * H, rows + static_cast<size_t>(row_of[active[a]] + k) * H,
                     H * sizeof(float));
-      bias = grow(ws.bias, static_cast<size_t>(m) * V_);
+      bias = grow(ws.bias, static_cast<size_t>(m) * Vs);
       e = grow(ws.e, static_cast<size_t>(m) * r_markov);
-      markov_->bias_rows(m, ws.prev.data(), hrows, act_states.data(), bias, e);
+      if (reduced) f = grow(ws.f, static_cast<size_t>(m) * r_markov);
+      markov_->bias_rows(m, ws.prev.data(), hrows, act_states.data(), bias, e, f);
     }
     for (int a = 0; a < m; ++a) {
       const int i = active[a];
       const RunItem& it = items[i];
       DraftProposal& p = props[i];
+      const DraftVocabExtras& x = seqs[i]->vocab_extras;
+      const int W = Vs + ve[i];
       const float* h = rows + static_cast<size_t>(row_of[i] + k) * H;
-      const float* u = base + static_cast<size_t>(row_of[i] + k) * V_;
-      const float* b = markov_ ? bias + static_cast<size_t>(a) * V_ : nullptr;
+      const float* u = base + static_cast<size_t>(row_of[i] + k) * Vs;
+      const float* b = markov_ ? bias + static_cast<size_t>(a) * Vs : nullptr;
       if (b)
-        for (int j = 0; j < V_; ++j) logits[j] = u[j] + b[j];
+        for (int j = 0; j < Vs; ++j) logits[j] = u[j] + b[j];
       else
-        std::copy(u, u + V_, logits);
+        std::copy(u, u + Vs, logits);
+      if (ve[i] > 0) {
+        const float* xu = ws.xbase[i].data() + static_cast<size_t>(k) * ve[i];
+        if (markov_) {
+          matmul(f + static_cast<size_t>(a) * r_markov, 1, DraftVocab::rows_view(x.w2_rows, markov_->w2_full(), ve[i]), xbias);
+          for (int j = 0; j < ve[i]; ++j) logits[Vs + j] = xu[j] + xbias[j];
+        } else {
+          std::copy(xu, xu + ve[i], logits + Vs);
+        }
+      }
       // The confidence of slot k conditions on x_{k-1} only (non-anticipating).
       if (conf_) {
         const float z = conf_->logit(h, conf_->with_markov() ? e + static_cast<size_t>(a) * r_markov : nullptr);
         p.confidence_logits[k] = z;
         p.confidence[k] = ConfidenceHead::sigmoid(z);
       }
-      const int32_t x = draw_draft_token(logits, V_, *it.params, *it.rng, probs);
-      p.tokens[k] = x;
-      if (!it.params->greedy()) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<size_t>(k) * V_);
-      if (dbg) {
-        if (b) std::copy(b, b + V_, dbg->markov_bias.begin() + static_cast<size_t>(k) * V_);
-        std::copy(logits, logits + V_, dbg->draft_logits.begin() + static_cast<size_t>(k) * V_);
-        dbg->draft_ids.push_back(x);
-        dbg->draft_logprobs.push_back(log_softmax_at(logits, V_, x));
+      const int32_t c = draw_draft_token(logits, W, *it.params, *it.rng, probs);
+      const int32_t tok = reduced ? vocab_.token(c, x) : c;
+      p.tokens[k] = tok;
+      if (!it.params->greedy()) {
+        float* q = p.q.data() + static_cast<size_t>(k) * V_;
+        if (reduced)
+          for (int j = 0; j < W; ++j) q[vocab_.token(j, x)] = probs[static_cast<size_t>(j)];
+        else
+          std::copy(probs.begin(), probs.end(), q);
       }
-      prev[i] = x;
+      if (dbg) {
+        if (b) {
+          std::copy(b, b + Vs, dbg->markov_bias.begin() + static_cast<size_t>(k) * W);
+          if (ve[i] > 0) std::copy(xbias, xbias + ve[i], dbg->markov_bias.begin() + static_cast<size_t>(k) * W + Vs);
+        }
+        std::copy(logits, logits + W, dbg->draft_logits.begin() + static_cast<size_t>(k) * W);
+        dbg->draft_ids.push_back(tok);
+        dbg->draft_logprobs.push_back(log_softmax_at(logits, W, c));
+      }
+      prev[i] = tok;
     }
   }
   if (dbg) dbg->confidence_logits = props[0].confidence_logits;

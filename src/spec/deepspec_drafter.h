@@ -11,6 +11,11 @@
 //     q_k = sampling_distribution(ℓ_k, params)          (stored in DraftProposal.q unless greedy)
 //     x_k = argmax ℓ_k (greedy) or sample_from(q_k, rng)
 //     z_k = confidence_head(h_k [, W1[prev]]),  c_k = sigmoid(z_k)
+// With a reduced draft vocabulary (DrafterOptions::draft_vocab_ids, spec/draft_vocab.h), U
+// and B are computed for the ranked subset (rows gathered once at load) plus the sequence's
+// committed ids outside it (rows gathered as they are committed); ℓ_k, q_k and the argmax
+// run over those, and x_k is mapped back to its real id; q_k (full vocabulary wide) is zero
+// outside them.
 #pragma once
 #include <memory>
 
@@ -37,6 +42,8 @@ class DeepSpecDrafter final : public BlockDrafter {
   // One backbone pass over every item's block, one LM-head matmul over all drafted rows,
   // and per draft position one Markov W2 matmul over the items still drafting.
   std::vector<DraftProposal> run_batch(const std::vector<RunItem>& items) const override;
+  // A reduced draft vocabulary grows the sequence's extras with the committed ids.
+  void note_committed(DraftContext& seq, const int32_t* tokens, int c) const override;
 
  private:
   // dbg (only with one item) records every intermediate for debug-dflash.
@@ -49,6 +56,13 @@ class DeepSpecDrafter final : public BlockDrafter {
 
   int V_ = 0;
   WeightView embed_{}, lm_head_{};
+  // The rows the drafter drafts from: lm_head_ itself, or the rows of the ranked subset
+  // vocab_ (ascending), copied into head_rows_; each sequence adds its extras
+  // (DraftContext::vocab_extras). Vd_ = draft_head_.rows.
+  WeightView draft_head_{};
+  DraftVocab vocab_;
+  std::vector<uint8_t> head_rows_;
+  int Vd_ = 0;
   // The target, when the LM head is shared with it and it runs on a device (Model::on_device):
   // the draft rows' base logits come from its lm_head() there instead of a host matmul.
   const Model* device_head_ = nullptr;

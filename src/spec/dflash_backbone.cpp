@@ -297,6 +297,7 @@ DraftContext& BlockDrafter::as_ctx(DraftSequence& seq) {
 void BlockDrafter::commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const {
   if (c < 0) throw Error("dflash commit_context: negative position count " + std::to_string(c));
   backbone_->append_context(as_ctx(seq), hidden, c);
+  note_committed(as_ctx(seq), tokens, c);
 }
 
 void BlockDrafter::set_window(DraftSequence& seq, int window) const { backbone_->set_window(as_ctx(seq), window); }
@@ -309,6 +310,7 @@ void BlockDrafter::commit_context_batch(const std::vector<ContextBatchItem>& ite
   rows.reserve(items.size());
   for (const ContextBatchItem& it : items) rows.push_back({&as_ctx(*it.seq), it.hidden, it.count});
   backbone_->append_context_batch(rows);
+  for (const ContextBatchItem& it : items) note_committed(as_ctx(*it.seq), it.tokens, it.count);
 }
 
 std::vector<DraftProposal> BlockDrafter::run_batch(const std::vector<RunItem>& items) const {

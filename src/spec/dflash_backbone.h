@@ -26,6 +26,7 @@
 #include "model/config.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
+#include "spec/draft_vocab.h"
 #include "spec/drafter.h"
 
 namespace dsinfer {
@@ -54,6 +55,9 @@ class DraftContext final : public DraftSequence {
   std::vector<std::vector<uint16_t>> kb_, vb_;
 
  public:
+  // With a reduced draft vocabulary: this sequence's committed ids outside the ranked
+  // subset (and their head rows), kept by the drafter (spec/draft_vocab.h).
+  DraftVocabExtras vocab_extras;
 };
 
 
@@ -166,6 +170,13 @@ class BlockDrafter : public Drafter {
   };
   // Default: run() per item. Drafters whose heads batch well override it.
   virtual std::vector<DraftProposal> run_batch(const std::vector<RunItem>& items) const;
+  // Called with every committed position's token id (tokens may be null): drafters with a
+  // reduced draft vocabulary grow the sequence's extras here. Default: nothing.
+  virtual void note_committed(DraftContext& seq, const int32_t* tokens, int c) const {
+    (void)seq;
+    (void)tokens;
+    (void)c;
+  }
   static DraftContext& as_ctx(DraftSequence& seq);
 
   DrafterInfo info_;

@@ -58,6 +58,8 @@ struct DrafterInfo {
   std::vector<std::string> shared_with_target;
   // true when the drafter runs on the target's device (the CUDA DeepSpec drafter).
   bool on_device = false;
+  // Ids the drafter drafts from (spec/draft_vocab.h): 0 = the whole vocabulary.
+  int draft_vocab = 0;
 };
 
 // Keeps the first n drafts of a proposal (tokens, their q rows, confidences); n <= size.

@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "spec/deepspec_drafter.h"
 #include "spec/dflash_zlab.h"
+#include "spec/draft_vocab.h"
 #include "spec/v4_dspark_drafter.h"
 
 namespace dsinfer {
@@ -175,18 +176,67 @@ std::atomic<DeviceDrafterFactory> g_device_factory{nullptr};
 
 void register_device_drafter_factory(DeviceDrafterFactory factory) { g_device_factory.store(factory); }
 
+namespace {
+// opts.draft_vocab_size / draft_vocab_file -> opts.draft_vocab_ids (drafter_loader.h).
+void resolve_draft_vocab(const std::string& draft_dir, const Model& target, DrafterOptions& o) {
+  o.draft_vocab_ids.clear();
+  const int n_asked = o.draft_vocab_size;
+  if (n_asked < -1) throw Error("--draft-vocab: must be >= 0 (0 = the whole vocabulary), got " + std::to_string(n_asked));
+  if (n_asked == 0) return;
+  std::string file = o.draft_vocab_file;
+  if (!file.empty()) {
+    if (!file_exists(file)) throw Error("--draft-vocab-file: " + file + " not found");
+  } else {
+    for (const std::string& dir : {draft_dir, target.config().model_dir})
+      if (!dir.empty() && file_exists(dir + "/draft_vocab.json")) {
+        file = dir + "/draft_vocab.json";
+        break;
+      }
+  }
+  if (file.empty()) {
+    if (n_asked > 0)
+      throw Error("--draft-vocab " + std::to_string(n_asked) + ": no ranking (neither " + draft_dir + "/draft_vocab.json nor " +
+                  target.config().model_dir + "/draft_vocab.json exists; make one with dsinfer draft-vocab, or pass --draft-vocab-file)");
+    return;
+  }
+  const int V = target.config().vocab_size;
+  const DraftVocabRanking r = read_draft_vocab(file, V);
+  const int n = n_asked > 0 ? n_asked : r.default_size;
+  if (n > V) throw Error("--draft-vocab: " + std::to_string(n) + " exceeds the vocabulary (" + std::to_string(V) + " ids)");
+  if (n == 0 || n == V) return;
+  o.draft_vocab_ids = draft_vocab_subset(r, n);
+}
+}  // namespace
+
 std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model& target, const DrafterOptions& opts) {
   if (opts.window_size < -1)
     throw Error("--dflash-window-size: must be >= 0 (0 = unlimited), got " + std::to_string(opts.window_size));
   // A DeepSeek-V4 checkpoint carries its DSpark drafter as mtp.* stages (config: dspark_*).
-  if (is_deepseek_v4_dir(draft_dir)) return load_v4_dspark_drafter(draft_dir, target, opts);
+  if (is_deepseek_v4_dir(draft_dir)) {
+    if (opts.draft_vocab_size > 0 || !opts.draft_vocab_file.empty())
+      throw Error("--draft-vocab: not supported by the DeepSeek-V4 DSpark drafter (mtp.*) yet");
+    return load_v4_dspark_drafter(draft_dir, target, opts);
+  }
   DraftConfig cfg = parse_draft_config(draft_dir, target.config());
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;
-  if (cfg.dialect == DraftDialect::ZLab) return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
-  if (o.on_device && target.on_device())
-    if (DeviceDrafterFactory f = g_device_factory.load())
-      if (std::unique_ptr<Drafter> d = f(cfg, target, o)) return d;
+  resolve_draft_vocab(draft_dir, target, o);
+  if (cfg.dialect == DraftDialect::ZLab) {
+    if (!o.draft_vocab_ids.empty() && !target.host_lm_head()) {
+      if (o.draft_vocab_size > 0)
+        throw Error("--draft-vocab: the z-lab drafter borrows the target's LM head, which is not on the host here");
+      o.draft_vocab_ids.clear();  // a ranking's default: draft from the whole vocabulary
+    }
+    return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
+  }
+  // The device drafter drafts from the whole vocabulary (its LM head is one GEMM on the GPU).
+  // A ranking's default leaves it so; an explicit --draft-vocab N runs the host drafter.
+  if (o.on_device && target.on_device() && !(o.draft_vocab_size > 0 && !o.draft_vocab_ids.empty()))
+    if (DeviceDrafterFactory f = g_device_factory.load()) {
+      DrafterOptions od = o;
+      od.draft_vocab_ids.clear();
+      if (std::unique_ptr<Drafter> d = f(cfg, target, od)) return d;
+    }
   return std::make_unique<DeepSpecDrafter>(cfg, target, o);
 }
 

@@ -36,6 +36,18 @@ struct DrafterOptions {
   // too, when the target's backend registered a device drafter (below); false keeps it on
   // the host (tests compare the two).
   bool on_device = true;
+  // Reduced draft vocabulary (spec/draft_vocab.h): the drafter's LM head and Markov W2 keep
+  // only the draft_vocab_size most frequent ids of the ranking in draft_vocab_file.
+  // -1 (default): the ranking's own default_size when a ranking is found, else the whole
+  // vocabulary; 0: the whole vocabulary; N: the first N ids (a ranking must exist).
+  // CLI: --draft-vocab N.
+  int draft_vocab_size = -1;
+  // The ranking. Empty: DRAFT_DIR/draft_vocab.json, else TARGET_DIR/draft_vocab.json, else
+  // none. CLI: --draft-vocab-file.
+  std::string draft_vocab_file;
+  // Resolved by load_drafter from the two fields above, for the drafter constructors: the
+  // draft ids, ascending (empty: the whole vocabulary).
+  std::vector<int32_t> draft_vocab_ids;
 };
 
 enum class DraftDialect { ZLab, DeepSpec };

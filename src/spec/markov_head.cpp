@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/weights.h"
+#include "spec/draft_vocab.h"
 
 namespace dsinfer {
 
@@ -29,6 +30,7 @@ MarkovHead::MarkovHead(WeightStore& store, Type type, int vocab, int rank, int h
   const std::string p = prefix + "markov_head.";
   w1_ = store.matrix(p + "markov_w1.weight", V_, r_);
   w2_ = store.matrix(p + "markov_w2.weight", V_, r_);
+  w2_full_ = w2_;
   if (type_ == Type::Gated) {
     gate_ = store.matrix(p + "gate_proj.weight", r_, int64_t{H_} + r_);
     gate_bias_ = store.vector_f32(p + "gate_proj.bias", r_);
@@ -79,19 +81,26 @@ void MarkovHead::features(int32_t prev, const float* h, std::vector<float>& stat
   }
 }
 
+void MarkovHead::restrict_output(const std::vector<int32_t>& ids) {
+  if (!w2_rows_.empty()) throw Error("markov head: output rows restricted twice");
+  w2_ = gather_rows(w2_, ids, w2_rows_);
+}
+
 void MarkovHead::bias(int32_t prev, const float* h, std::vector<float>& state, float* bias_out, float* e_out) const {
   std::vector<float>* states[1] = {&state};
   bias_rows(1, &prev, h, states, bias_out, e_out);
 }
 
 void MarkovHead::bias_rows(int m, const int32_t* prev, const float* h, std::vector<float>* const* states,
-                           float* bias_out, float* e_out) const {
+                           float* bias_out, float* e_out, float* f_out) const {
   if (m <= 0) return;
-  std::vector<float> f(static_cast<size_t>(m) * r_);
+  std::vector<float> f_own;
+  if (!f_out) f_own.resize(static_cast<size_t>(m) * r_);
+  float* f = f_out ? f_out : f_own.data();
   for (int i = 0; i < m; ++i)
-    features(prev[i], h + static_cast<size_t>(i) * H_, *states[i], f.data() + static_cast<size_t>(i) * r_,
+    features(prev[i], h + static_cast<size_t>(i) * H_, *states[i], f + static_cast<size_t>(i) * r_,
              e_out ? e_out + static_cast<size_t>(i) * r_ : nullptr);
-  matmul(f.data(), m, w2_, bias_out);
+  matmul(f, m, w2_, bias_out);
 }
 
 }  // namespace dsinfer

@@ -45,13 +45,25 @@ class MarkovHead {
   // row i uses prev[i], h[i * H ..], *states[i]; bias_out [m, V], e_out [m, rank] (or null).
   // Row i's bits equal bias() on that row alone (the W2 product is one batch-invariant
   // matmul over the m feature rows).
+  // f_out (optional, [m, rank]) receives the vectors W2 multiplied (for the rows of W2
+  // outside a restricted output, see below).
   void bias_rows(int m, const int32_t* prev, const float* h, std::vector<float>* const* states, float* bias_out,
-                 float* e_out) const;
+                 float* e_out, float* f_out = nullptr) const;
+
+  // Keeps only W2 rows `ids` (a reduced draft vocabulary, spec/draft_vocab.h): the bias then
+  // has ids.size() entries per position, entry i for token ids[i]. W1 (indexed by the
+  // previous token, any id) is untouched. Call once, before any bias.
+  void restrict_output(const std::vector<int32_t>& ids);
+  // Entries of one position's bias: the vocabulary, or the restricted ids.
+  int bias_size() const { return static_cast<int>(w2_.rows); }
+  // W2 over the whole vocabulary, whatever restrict_output kept.
+  const WeightView& w2_full() const { return w2_full_; }
 
  private:
   Type type_;
   int V_, r_, H_;
-  WeightView w1_{}, w2_{}, gate_{}, joint_{};
+  WeightView w1_{}, w2_{}, w2_full_{}, gate_{}, joint_{};
+  std::vector<uint8_t> w2_rows_;  // restrict_output's copy of the kept W2 rows
   std::vector<float> gate_bias_, joint_bias_;
 };
 

@@ -11,6 +11,7 @@
 // embedding and LM head (its checkpoint copies are bit-identical) and drafts exactly as
 // with its own copies.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include "kernels/cpu/matmul.h"
 #include "spec/dflash_backbone.h"
 #include "spec/drafter.h"
+#include "spec/draft_vocab.h"
 #include "spec/drafter_loader.h"
 
 namespace dsinfer {
@@ -42,10 +44,10 @@ bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-void check_drafter(const std::string& dir, bool sampled) {
+void check_drafter(const std::string& dir, bool sampled, const DrafterOptions& opts = {}) {
   if (!std::filesystem::exists(kRoot + "/" + dir + "/model.safetensors")) GTEST_SKIP() << "no shipped " << dir;
   auto target = load_model(kRoot + "/target");
-  auto drafter = load_drafter(kRoot + "/" + dir, *target);
+  auto drafter = load_drafter(kRoot + "/" + dir, *target, opts);
   const DrafterInfo& info = drafter->info();
   const int V = target->config().vocab_size;
   const int R = 5;
@@ -202,6 +204,26 @@ TEST(SpecDrafterBatch, WindowCompactionKeepsTheVisibleRowsInBothKVTypes) {
 }
 
 TEST(SpecDrafterBatch, DSparkBatchEqualsSingleSampled) { check_drafter("dspark", true); }
+
+// With a reduced draft vocabulary (spec/draft_vocab.h) every sequence drafts from the subset
+// plus its own committed ids: a batch of sequences with different extras still gives each
+// exactly what it gets alone. The ranking puts high ids first, so the random prompts' ids
+// (below V - 8) mostly fall outside the 64-id subset and become extras.
+TEST(SpecDrafterBatch, ReducedDraftVocabularyBatchEqualsSingle) {
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "no shipped dspark";
+  const std::string rank =
+      (std::filesystem::temp_directory_path() / ("dsinfer_batch_rank_" + std::to_string(::getpid()) + ".json")).string();
+  std::vector<uint64_t> counts(static_cast<size_t>(load_model_config(kRoot + "/target").vocab_size));
+  for (size_t i = 0; i < counts.size(); ++i) counts[i] = i + 1;
+  write_draft_vocab(rank, rank_token_counts(counts));
+  DrafterOptions o;
+  o.draft_vocab_file = rank;
+  o.draft_vocab_size = 64;
+  check_drafter("dspark", false, o);
+  check_drafter("dspark", true, o);
+  check_drafter("dflash-zlab", true, o);
+  std::filesystem::remove(rank);
+}
 TEST(SpecDrafterBatch, DFlashBatchEqualsSingleGreedy) { check_drafter("dflash", false); }
 TEST(SpecDrafterBatch, ZlabDFlashBatchEqualsSingleSampled) { check_drafter("dflash-zlab", true); }
 
