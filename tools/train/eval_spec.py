@@ -10,7 +10,9 @@ verified), dspark (DSpark with its default --spec-schedule dspark: the prefix sc
 calibrated confidences and the profiled SPS(B) curve); these drafter rows run with
 --spec-lookup off, so they measure the drafter alone. dflash+lookup / dspark+lookup: the same
 with the lookup assist on (dsinfer's default: a suffix lookup stands in for the drafter in
-rounds where it is expected to yield more). τ is the mean of per-prompt τ; tokens/s
+rounds where it is expected to yield more). Any drafter method with @vN appended (dspark@v0)
+runs with --draft-vocab N (0: the whole vocabulary instead of the shipped ranking's default
+reduced draft vocabulary). τ is the mean of per-prompt τ; tokens/s
 = all generated tokens after the first / all decode seconds (prefill excluded), best of
 --repeat runs per prompt (the machine is shared; greedy output is identical across runs).
 Prints a Markdown table and writes --out (default DIR/train-logs/eval_spec.json).
@@ -55,6 +57,11 @@ def main():
         "dflash+lookup": ["--spec", "dflash", "--spec-lookup", "on", "--draft-model-path", os.path.join(a.dir, "dflash")],
         "dspark+lookup": ["--spec", "dspark", "--spec-lookup", "on", "--draft-model-path", os.path.join(a.dir, "dspark")],
     }
+    # METHOD@vN: the same with --draft-vocab N (0 = the drafter's whole vocabulary).
+    for m in a.methods.split(","):
+        if "@v" in m:
+            base, n = m.split("@v")
+            flags[m] = [*flags[base][:-2], "--draft-vocab", n, *flags[base][-2:]]
     methods = [m for m in a.methods.split(",") if m == "none" or m == "ngram" or os.path.isdir(flags[m][-1])]
     res = {}
     for s in a.sets.split(","):
