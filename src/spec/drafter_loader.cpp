@@ -221,22 +221,21 @@ std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model&
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;
   resolve_draft_vocab(draft_dir, target, o);
+  // A target on a device keeps the whole vocabulary unless --draft-vocab N asks: the drafter
+  // there (or the host drafter borrowing the device's LM head) runs its head as one GEMM, and
+  // a ranking's default was chosen for the CPU's costs.
+  if (target.on_device() && o.draft_vocab_size < 0) o.draft_vocab_ids.clear();
   if (cfg.dialect == DraftDialect::ZLab) {
     if (!o.draft_vocab_ids.empty() && !target.host_lm_head()) {
-      if (o.draft_vocab_size > 0)
-        throw Error("--draft-vocab: the z-lab drafter borrows the target's LM head, which is not on the host here");
-      o.draft_vocab_ids.clear();  // a ranking's default: draft from the whole vocabulary
+      throw Error("--draft-vocab: the z-lab drafter borrows the target's LM head, which is not on the host here");
     }
     return std::make_unique<ZlabDFlashDrafter>(cfg, target, o);
   }
-  // The device drafter drafts from the whole vocabulary (its LM head is one GEMM on the GPU).
-  // A ranking's default leaves it so; an explicit --draft-vocab N runs the host drafter.
-  if (o.on_device && target.on_device() && !(o.draft_vocab_size > 0 && !o.draft_vocab_ids.empty()))
-    if (DeviceDrafterFactory f = g_device_factory.load()) {
-      DrafterOptions od = o;
-      od.draft_vocab_ids.clear();
-      if (std::unique_ptr<Drafter> d = f(cfg, target, od)) return d;
-    }
+  // The device drafter drafts from the whole vocabulary; an explicit --draft-vocab N runs the
+  // host drafter instead.
+  if (o.on_device && target.on_device() && o.draft_vocab_ids.empty())
+    if (DeviceDrafterFactory f = g_device_factory.load())
+      if (std::unique_ptr<Drafter> d = f(cfg, target, o)) return d;
   return std::make_unique<DeepSpecDrafter>(cfg, target, o);
 }
 

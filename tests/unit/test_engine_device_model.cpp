@@ -103,6 +103,14 @@ class VerifyingModel final : public DelegatingDeviceModel, public DeviceVerifier
  public:
   using DelegatingDeviceModel::DelegatingDeviceModel;
   bool verifies_on_device() const override { return true; }
+  // A step whose requests are all greedy asks for ids only (not a logits step: not counted),
+  // as on the GPU; whether such a step occurs depends on when the sampled requests finish.
+  void forward_argmax(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<int32_t>& ids) override {
+    ++argmax_forwards;
+    Model::forward_argmax(kv, b, out, ids);
+    --forwards;
+  }
+  int argmax_forwards = 0;
   void forward_verify(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<VerifyRequest>& reqs) override {
     ++verify_forwards;
     inner_.forward(kv, b, out);

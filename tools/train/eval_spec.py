@@ -14,7 +14,8 @@ rounds where it is expected to yield more). Any drafter method with @vN appended
 runs with --draft-vocab N (0: the whole vocabulary instead of the shipped ranking's default
 reduced draft vocabulary). τ is the mean of per-prompt τ; tokens/s
 = all generated tokens after the first / all decode seconds (prefill excluded), best of
---repeat runs per prompt (the machine is shared; greedy output is identical across runs).
+--repeat runs per prompt (the machine is shared; greedy output is identical across runs),
+the methods interleaved prompt by prompt and repeat by repeat.
 Prints a Markdown table and writes --out (default DIR/train-logs/eval_spec.json).
 Standard library only.
 """
@@ -66,18 +67,22 @@ def main():
     res = {}
     for s in a.sets.split(","):
         rows = [json.loads(l) for l in open(os.path.join(REPO, "models", "eval", f"heldout_{s}.jsonl"))][:a.limit]
+        # Interleaved: for each prompt and repeat, every method in turn, so that a slow
+        # stretch of this shared VM hits all methods alike (best of --repeat per prompt).
+        best = {name: [None] * len(rows) for name in methods}
+        for i, r in enumerate(rows):
+            for _ in range(a.repeat):
+                for name in methods:
+                    args = ["--model-path", os.path.join(a.dir, "target"), "--prompt", r["prompt"],
+                            "--max-tokens", str(a.max_tokens), "--threads", str(a.threads), "--ignore-eos",
+                            "--temperature", str(a.temperature), "--seed", "1", *flags[name]]
+                    j = run(a.dsinfer, args)
+                    b = best[name][i]
+                    if b is None or j["timings"]["decode_seconds"] < b["timings"]["decode_seconds"]:
+                        best[name][i] = j
         for name in methods:
             taus, toks, secs, prop, acc, verified, rounds, lookups = [], 0, 0.0, [], [], 0, 0, 0
-            for r in rows:
-                args = ["--model-path", os.path.join(a.dir, "target"), "--prompt", r["prompt"],
-                        "--max-tokens", str(a.max_tokens), "--threads", str(a.threads), "--ignore-eos",
-                        "--temperature", str(a.temperature), "--seed", "1", *flags[name]]
-                best = None
-                for _ in range(a.repeat):
-                    j = run(a.dsinfer, args)
-                    if best is None or j["timings"]["decode_seconds"] < best["timings"]["decode_seconds"]:
-                        best = j
-                j = best
+            for j in best[name]:
                 sp = j["spec"]
                 taus.append(sp["tau"])
                 toks += j["usage"]["completion_tokens"] - 1
