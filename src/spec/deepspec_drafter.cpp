@@ -42,7 +42,6 @@ DeepSpecDrafter::DeepSpecDrafter(const DraftConfig& cfg, const Model& target, co
     if (markov_) markov_->restrict_output(vocab_.ids());
     info_.draft_vocab = vocab_.size();
   }
-  Vd_ = static_cast<int>(draft_head_.rows);
   info_.kind = (markov_ || conf_) ? "dspark" : "dflash-deepspec";
   info_.block_size = cfg.block_size;
   info_.max_draft_tokens = cfg.block_size;
@@ -132,7 +131,7 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
   // over every item) plus each sequence's extras (its committed ids outside the subset, a
   // small matmul per item). Item i's logit rows are Vs + Ve_i wide; a drafted index c is the
   // token vocab_.token(c, extras).
-  const int Vs = Vd_;
+  const int Vs = static_cast<int>(draft_head_.rows);
   const bool reduced = !vocab_.empty();
   float* base = grow(ws.base, static_cast<size_t>(total_n) * Vs);
   if (device_head_) device_head_->lm_head(rows, total_n, base, /*apply_norm=*/false);  // on the GPU, same matrix
@@ -250,7 +249,7 @@ std::vector<DraftProposal> DeepSpecDrafter::run_items(const std::vector<RunItem>
       if (!it.params->greedy()) {
         float* q = p.q.data() + static_cast<size_t>(k) * V_;
         if (reduced)
-          for (int j = 0; j < W; ++j) q[vocab_.token(j, x)] = probs[static_cast<size_t>(j)];
+          vocab_.scatter(probs, x, q);
         else
           std::copy(probs.begin(), probs.end(), q);
       }

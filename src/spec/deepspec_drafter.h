@@ -58,11 +58,10 @@ class DeepSpecDrafter final : public BlockDrafter {
   WeightView embed_{}, lm_head_{};
   // The rows the drafter drafts from: lm_head_ itself, or the rows of the ranked subset
   // vocab_ (ascending), copied into head_rows_; each sequence adds its extras
-  // (DraftContext::vocab_extras). Vd_ = draft_head_.rows.
+  // (DraftContext::vocab_extras).
   WeightView draft_head_{};
   DraftVocab vocab_;
   std::vector<uint8_t> head_rows_;
-  int Vd_ = 0;
   // The target, when the LM head is shared with it and it runs on a device (Model::on_device):
   // the draft rows' base logits come from its lm_head() there instead of a host matmul.
   const Model* device_head_ = nullptr;

@@ -76,7 +76,7 @@ DraftProposal ZlabDFlashDrafter::run(DraftContext& seq, int32_t anchor, int n, c
     if (params.greedy()) continue;
     float* q = p.q.data() + static_cast<size_t>(k) * V_;
     if (reduced)
-      for (int j = 0; j < W; ++j) q[vocab_.token(j, x)] = probs[static_cast<size_t>(j)];
+      vocab_.scatter(probs, x, q);
     else
       std::copy(probs.begin(), probs.end(), q);
   }

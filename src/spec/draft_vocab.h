@@ -84,6 +84,11 @@ class DraftVocab {
   int32_t token(int c, const DraftVocabExtras& x) const {
     return c < size() ? ids_[static_cast<size_t>(c)] : x.ids[static_cast<size_t>(c - size())];
   }
+  // q_full[token(j, x)] = probs[j] for j < size() + x.ids.size(): a draft distribution over
+  // the draft ids written into a whole-vocabulary row (the caller zeroed it).
+  void scatter(const std::vector<float>& probs, const DraftVocabExtras& x, float* q_full) const {
+    for (size_t j = 0; j < probs.size(); ++j) q_full[token(static_cast<int>(j), x)] = probs[j];
+  }
   // Views over x's rows (x.ids.size() rows; cols and dtype of the full matrix).
   static WeightView rows_view(const std::vector<uint8_t>& rows, const WeightView& full, size_t n);
 

@@ -182,7 +182,10 @@ void resolve_draft_vocab(const std::string& draft_dir, const Model& target, Draf
   o.draft_vocab_ids.clear();
   const int n_asked = o.draft_vocab_size;
   if (n_asked < -1) throw Error("--draft-vocab: must be >= 0 (0 = the whole vocabulary), got " + std::to_string(n_asked));
-  if (n_asked == 0) return;
+  // A target on a device keeps the whole vocabulary unless --draft-vocab N asks: the drafter
+  // there (or the host drafter borrowing the device's LM head) runs its head as one GEMM, and
+  // a ranking's default was chosen for the CPU's costs.
+  if (n_asked == 0 || (n_asked < 0 && target.on_device())) return;
   std::string file = o.draft_vocab_file;
   if (!file.empty()) {
     if (!file_exists(file)) throw Error("--draft-vocab-file: " + file + " not found");
@@ -221,10 +224,6 @@ std::unique_ptr<Drafter> load_drafter(const std::string& draft_dir, const Model&
   DrafterOptions o = opts;
   if (o.window_size < 0) o.window_size = cfg.context_window;
   resolve_draft_vocab(draft_dir, target, o);
-  // A target on a device keeps the whole vocabulary unless --draft-vocab N asks: the drafter
-  // there (or the host drafter borrowing the device's LM head) runs its head as one GEMM, and
-  // a ranking's default was chosen for the CPU's costs.
-  if (target.on_device() && o.draft_vocab_size < 0) o.draft_vocab_ids.clear();
   if (cfg.dialect == DraftDialect::ZLab) {
     if (!o.draft_vocab_ids.empty() && !target.host_lm_head()) {
       throw Error("--draft-vocab: the z-lab drafter borrows the target's LM head, which is not on the host here");

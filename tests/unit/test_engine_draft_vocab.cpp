@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "error_test_util.h"
 #include "engine/generator.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -43,14 +44,7 @@ std::string tmp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("dsinfer_dv_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 TEST(DraftVocab, RanksByCountThenId) {
   const DraftVocabRanking r = rank_token_counts({3, 0, 5, 3, 1});

@@ -27,6 +27,7 @@
 
 #include "cli_helpers.h"
 #include "core/error.h"
+#include "error_test_util.h"
 #include "engine/generator.h"
 #include "engine/speculative.h"
 #include "model/deepseek_v4.h"
@@ -69,14 +70,7 @@ std::vector<int32_t> plain_greedy(Model& m, const std::vector<int32_t>& prompt, 
   return generate(m, nullptr, prompt, SamplingParams{}, stop).ids;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 constexpr int kNew = 40;
 
