@@ -264,6 +264,10 @@ def main():
     ev = evaluate()
     for k, d in drafters.items():
         logs[k](step=step, heldout=ev[k], final=True)
+        # The engine's default drafter window (--dflash-window-size): the length of the
+        # sequences trained on. Longer contexts are outside the training distribution and
+        # cost engine tau (session 3), so the checkpoint states it.
+        d.cfg["dsinfer_context_window"] = int(train.shape[1])
         dsmodel.save_drafter(d, os.path.join(a.out, k))
         json.dump({"kind": k, "steps": step, "seconds": round(elapsed, 1), "sequences_seen": step * a.batch,
                    "heldout": ev[k], "evals": history[k], "layer_ids": layer_ids, "mask_token_id": mask_id,
