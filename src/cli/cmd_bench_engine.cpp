@@ -148,6 +148,9 @@ struct Cell {
   int64_t kv_blocks = 0, kv_peak_used = 0;
   double hit_ratio = 0;
   uint64_t preemptions = 0;
+  // Engine steps that did work and where their wall time went, ms per step (EngineStats).
+  uint64_t steps = 0;
+  double step_ms = 0, draft_ms = 0, forward_ms = 0;
   // Over --repeat runs: how many, and the range of output tok/s.
   int runs = 1;
   double out_tok_s_min = 0, out_tok_s_max = 0;
@@ -358,6 +361,13 @@ int run_bench_engine(const BenchEngineArgs& a) {
       cell.kv_peak_used = peak;
       cell.hit_ratio = st.kv_pool.hit_ratio;
       cell.preemptions = st.preemptions;
+      cell.steps = st.steps;
+      if (st.steps) {
+        const double k = 1e3 / static_cast<double>(st.steps);
+        cell.step_ms = st.step_seconds * k;
+        cell.draft_ms = st.draft_seconds * k;
+        cell.forward_ms = st.forward_seconds * k;
+      }
       runs.push_back(cell);
       std::fprintf(stderr,
                    "  %-9s C=%-4d %6.1f tok/s  %6.1f tok/s/request  tau %.2f  (%d requests, %.1f s; KV %lld blocks, "
@@ -365,6 +375,9 @@ int run_bench_engine(const BenchEngineArgs& a) {
                    cell.policy.c_str(), c, cell.out_tok_s, cell.per_request_tok_s, cell.tau, n, secs,
                    static_cast<long long>(cell.kv_blocks), static_cast<long long>(cell.kv_peak_used), cell.hit_ratio,
                    static_cast<unsigned long long>(cell.preemptions));
+      std::fprintf(stderr, "            %llu steps, %.3f ms each: drafter %.3f, target forward %.3f, engine %.3f\n",
+                   static_cast<unsigned long long>(cell.steps), cell.step_ms, cell.draft_ms, cell.forward_ms,
+                   cell.step_ms - cell.draft_ms - cell.forward_ms);
     }
 
   const std::vector<Cell> cells = median_cells(runs);
@@ -382,7 +395,8 @@ int run_bench_engine(const BenchEngineArgs& a) {
                             {"tokens_per_s_per_request", c.per_request_tok_s}, {"tau", c.tau},
                             {"drafts_verified_per_step", c.verified_per_step}, {"kv_blocks", c.kv_blocks},
                             {"kv_peak_blocks_used", c.kv_peak_used}, {"cache_hit_ratio", c.hit_ratio},
-                            {"preemptions", c.preemptions}, {"runs", c.runs},
+                            {"preemptions", c.preemptions}, {"steps", c.steps}, {"step_ms", c.step_ms},
+                            {"step_draft_ms", c.draft_ms}, {"step_forward_ms", c.forward_ms}, {"runs", c.runs},
                             {"output_tokens_per_s_min", c.out_tok_s_min}, {"output_tokens_per_s_max", c.out_tok_s_max}});
     std::printf("%s\n", j.dump(1).c_str());
     return 0;

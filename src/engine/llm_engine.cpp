@@ -703,6 +703,16 @@ struct LLMEngine::DraftJob {
 };
 
 void LLMEngine::draft_pass(DraftJob& job) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct AddTime {
+    const LLMEngine* e;
+    std::chrono::steady_clock::time_point t0;
+    ~AddTime() {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lock(e->mu_);
+      e->draft_seconds_ += s;
+    }
+  } add_time{this, t0};
   if (!job.commits.empty()) opts_.drafter->commit_context_batch(job.commits);
   for (Sequence* s : job.owners) s->pending_tokens.clear();
   if (job.items.empty()) return;
@@ -1124,6 +1134,7 @@ bool LLMEngine::step() {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.steps++;
     if (!batch.entries.empty()) stats_.forwards++;
+    stats_.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
   }
 
   // 6. Per request: verify / finish prefill, roll back, emit.
@@ -1271,6 +1282,7 @@ bool LLMEngine::step() {
     stats_.waiting = static_cast<int>(waiting_.size() + inbox_.size());
     stats_.kv_blocks_used = static_cast<int>(pool_->stats().used);
     stats_.kv_tokens_stored = stored;
+    stats_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   }
   if (opts_.on_step) {
     obs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
@@ -1330,6 +1342,7 @@ std::string LLMEngine::check_kv_invariants() {
 EngineStats LLMEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   EngineStats s = stats_;
+  s.draft_seconds = draft_seconds_;
   s.kv_pool = pool_->stats();  // the pool has its own locks
   return s;
 }

@@ -244,6 +244,11 @@ struct EngineStats {
   uint64_t prefetch_passes = 0;      // async prefetch: drafter passes overlapped with a forward
   uint64_t lookup_rounds = 0;        // verify blocks whose drafts came from the lookup assist
   int warmup_prompts = 0;
+  // Where the steps' wall time went (seconds, summed over steps that did work): the whole
+  // step, the drafter passes (context commit + propose; with async prefetch they overlap the
+  // forward) and the target forward. The rest is the engine's own host work (scheduling,
+  // drafting choice, verification, KV bookkeeping, streaming).
+  double step_seconds = 0, draft_seconds = 0, forward_seconds = 0;
 };
 
 class LLMEngine {
@@ -374,6 +379,7 @@ class LLMEngine {
   std::vector<uint64_t> cancels_;
   uint64_t next_id_ = 1;
   EngineStats stats_;
+  mutable double draft_seconds_ = 0;  // EngineStats::draft_seconds, added by the const draft_pass (under mu_)
 
   std::mutex step_mu_;  // one step at a time
   std::vector<std::unique_ptr<Sequence>> waiting_, running_;

@@ -3,8 +3,12 @@
 // committed rows from absolute position store_first on, a sliding window that moves
 // visible_begin and compacts once the dead prefix is as large as the kept rows (so the
 // compaction copy never overlaps), and the block's K/V written after the committed rows
-// for one call only. Every call ends with one stream synchronisation (the caller needs
-// the drafts, and the pinned staging buffers are reused by the next call).
+// for one call only. A propose ends with one stream synchronisation (the caller needs the
+// drafts). A context commit returns once its work is enqueued: the next call waits for the
+// commit's uploads (an event) before it rewrites the pinned staging buffers, and its own
+// work follows the commit's on the one stream. So a step's commit + propose costs one
+// synchronisation, not two (DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1 restores a synchronising
+// commit, for A/B runs; the profile mode synchronises too, to time each pass).
 #include "backend/cuda/cuda_drafter.h"
 
 #include <algorithm>
@@ -163,6 +167,15 @@ class CudaDeepSpecDrafter final : public Drafter {
   // DSINFER_CUDA_DRAFTER_PROFILE=1: wall time of every pass (enqueue to the end of its
   // synchronisation), summed per (call, rows bucket) and printed to stderr at destruction.
   bool profile_ = false;
+  bool commit_sync_ = false;             // DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1
+  cudaEvent_t staged_ = nullptr;         // recorded after a commit's uploads from pinned staging
+  mutable bool staged_pending_ = false;  // a commit's uploads may still read the staging buffers
+  // Before the host rewrites (or grows) the pinned staging buffers.
+  void wait_staging() const {
+    if (!staged_pending_) return;
+    DSINFER_CUDA_CHECK(cudaEventSynchronize(staged_));
+    staged_pending_ = false;
+  }
   mutable std::map<std::pair<std::string, int>, std::pair<double, int64_t>> prof_;
   // growths0: g_growths when the pass began.
   void record(const char* what, int n, std::chrono::steady_clock::time_point t0, int64_t growths0) const {
@@ -218,6 +231,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   V_ = target.config().vocab_size;
   eps_ = static_cast<float>(b.rms_norm_eps);
   if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_PROFILE")) profile_ = std::string(p) == "1";
+  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_COMMIT_SYNC")) commit_sync_ = std::string(p) == "1";
   window_ = opts.window_size >= 0 ? opts.window_size : cfg.context_window;
   if (D_ > 256 || D_ % 2 != 0)
     throw Error(cfile + ": field 'head_dim': " + std::to_string(D_) + " not supported on CUDA (even, <= 256)");
@@ -226,6 +240,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   DSINFER_CUDA_CHECK(cudaSetDevice(ct.device_ordinal()));
   stream_ = std::make_shared<StreamHolder>();
   DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_->s, cudaStreamNonBlocking));
+  DSINFER_CUDA_CHECK(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming));
   gemm_ = std::make_unique<Gemm>(ct.gemm_batch_invariant());
 
   store_ = std::make_unique<WeightStore>(b.model_dir, "bf16");
@@ -320,6 +335,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
 
 CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
   if (stream_ && stream_->s) cudaStreamSynchronize(stream_->s);
+  if (staged_) cudaEventDestroy(staged_);
   if (!prof_.empty()) {
     std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_PROFILE (wall ms per pass, by batch size rounded up to a power of two; (grew): passes that grew a workspace):\n");
     for (const auto& [k, v] : prof_)
@@ -418,6 +434,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   cudaStream_t st = stream_->s;
   const int64_t H = H_, F = int64_t{m_} * H, NK = int64_t{NKV_} * D_, W = int64_t{L_} * 2 * NK;
   const int n = static_cast<int>(C);
+  wait_staging();
   float* fh = feat_h_.need(C * F);
   int32_t* mh = meta_h_.need(3 * C);  // pos | cap | store row
   unsigned long long* bh = bases_h_.need(C);
@@ -443,6 +460,8 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(feat, fh, C * F * sizeof(float), cudaMemcpyHostToDevice, st));
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, 3 * C * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, C * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
+  DSINFER_CUDA_CHECK(cudaEventRecord(staged_, st));
+  staged_pending_ = true;
   bf16* fb = feat_bf_.need(C * F);
   f32_to_bf16_n(feat, C * F, fb, st);
   // ctx = fc(features); hidden_norm(ctx) is fused into the k|v GEMM of every layer at once.
@@ -463,7 +482,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
     s.length += it.count;
     apply_window(s);
   }
-  DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
+  if (commit_sync_ || profile_) DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
   record("commit", static_cast<int>(items.size()), t0, growths0);
 }
 
@@ -499,6 +518,7 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
   // int32 meta: tok | pos | cap_row | dst_row | item (T each) | cap | key_begin | n_keys |
   // anchor (R each) | lm rows (NL); u64: base per row (T) | base per item (R).
   const int64_t nm = 5 * int64_t{T} + 4 * int64_t{R} + NL;
+  wait_staging();
   int32_t* mh = meta_h_.need(nm);
   unsigned long long* bh = bases_h_.need(T + R);
   int32_t *tok = mh, *pos = mh + T, *cap_row = mh + 2 * T, *dst_row = mh + 3 * T, *item = mh + 4 * T;
