@@ -151,6 +151,7 @@ struct Cell {
   // Engine steps that did work and where their wall time went, ms per step (EngineStats).
   uint64_t steps = 0;
   double step_ms = 0, draft_ms = 0, forward_ms = 0;
+  uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
   // Over --repeat runs: how many, and the range of output tok/s.
   int runs = 1;
   double out_tok_s_min = 0, out_tok_s_max = 0;
@@ -264,8 +265,14 @@ int run_bench_engine(const BenchEngineArgs& a) {
     po.repeats = 3;
     sps = profile_sps(*model, drafter.get(), po, &draft_ms);
     draft_cost = profile_draft_cost(*model, *drafter, draft_cost_batches(*std::max_element(levels.begin(), levels.end())));
-    std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d; drafter pass %s\n",
-                 po.points.size(), max_b, draft_cost_summary(draft_cost).c_str());
+    std::string curve;
+    for (const SpsPoint& p : sps->points()) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "%s%d: %.3f", curve.empty() ? "" : ", ", p.batch_tokens, 1000.0 / p.sps);
+      curve += buf;
+    }
+    std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d (verify ms: %s); drafter pass %s\n",
+                 po.points.size(), max_b, curve.c_str(), draft_cost_summary(draft_cost).c_str());
   }
 
   std::vector<Cell> runs;
@@ -362,6 +369,10 @@ int run_bench_engine(const BenchEngineArgs& a) {
       cell.hit_ratio = st.kv_pool.hit_ratio;
       cell.preemptions = st.preemptions;
       cell.steps = st.steps;
+      cell.choice_steps = st.choice_steps;
+      cell.choice_closed = st.choice_closed;
+      cell.choice_chosen = st.choice_chosen;
+      cell.choice_probes = st.choice_probes;
       if (st.steps) {
         const double k = 1e3 / static_cast<double>(st.steps);
         cell.step_ms = st.step_seconds * k;
@@ -378,6 +389,15 @@ int run_bench_engine(const BenchEngineArgs& a) {
       std::fprintf(stderr, "            %llu steps, %.3f ms each: drafter %.3f, target forward %.3f, engine %.3f\n",
                    static_cast<unsigned long long>(cell.steps), cell.step_ms, cell.draft_ms, cell.forward_ms,
                    cell.step_ms - cell.draft_ms - cell.forward_ms);
+      if (cell.choice_steps)
+        std::fprintf(stderr,
+                     "            drafting choice: %llu steps, %llu closed (no k could pay), %.2f requests chosen "
+                     "per open step, %llu re-probes\n",
+                     static_cast<unsigned long long>(cell.choice_steps), static_cast<unsigned long long>(cell.choice_closed),
+                     cell.choice_steps > cell.choice_closed
+                         ? static_cast<double>(cell.choice_chosen) / static_cast<double>(cell.choice_steps - cell.choice_closed)
+                         : 0.0,
+                     static_cast<unsigned long long>(cell.choice_probes));
     }
 
   const std::vector<Cell> cells = median_cells(runs);
@@ -396,7 +416,9 @@ int run_bench_engine(const BenchEngineArgs& a) {
                             {"drafts_verified_per_step", c.verified_per_step}, {"kv_blocks", c.kv_blocks},
                             {"kv_peak_blocks_used", c.kv_peak_used}, {"cache_hit_ratio", c.hit_ratio},
                             {"preemptions", c.preemptions}, {"steps", c.steps}, {"step_ms", c.step_ms},
-                            {"step_draft_ms", c.draft_ms}, {"step_forward_ms", c.forward_ms}, {"runs", c.runs},
+                            {"step_draft_ms", c.draft_ms}, {"step_forward_ms", c.forward_ms},
+                            {"choice_steps", c.choice_steps}, {"choice_closed", c.choice_closed},
+                            {"choice_chosen", c.choice_chosen}, {"choice_probes", c.choice_probes}, {"runs", c.runs},
                             {"output_tokens_per_s_min", c.out_tok_s_min}, {"output_tokens_per_s_max", c.out_tok_s_max}});
     std::printf("%s\n", j.dump(1).c_str());
     return 0;

@@ -605,13 +605,24 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
     return choice;
   };
-  // At this load, could one request's drafts pay even if every draft were accepted? If not
-  // (a large batch: the step is compute-bound and a drafter pass costs more than a full
-  // block brings), nobody drafts and nobody probes: probes, and the drafter context rows
-  // they flush, are then pure cost, which kept dspark 5-15 % behind plain decoding at
-  // concurrency 16-64.
-  if (!((R + max_drafts_) / (draft_ms(1) + t_verify(R + max_drafts_)) > R / t_verify(R))) {
-    return settle(std::vector<bool>(dec.size(), false));
+  // At this load, could drafting pay even if every draft were accepted, for some number k
+  // of drafting requests? If not (a large batch: the step is compute-bound and a drafter
+  // pass costs more than full blocks bring), nobody drafts and nobody probes: probes, and
+  // the drafter context rows they flush, are then pure cost, which kept dspark 5-15 % behind
+  // plain decoding at concurrency 16-64. Every k is tried, not only one request: on a GPU a
+  // drafter pass costs nearly the same for 1 and 4 requests (0.30 / 0.37 ms on the H200), so
+  // one request's drafts may not pay for a pass that four requests' drafts do.
+  {
+    const double plain = R / t_verify(R);
+    bool could = false;
+    for (int k = 1; k <= R && !could; ++k)
+      could = (R + k * max_drafts_) / (draft_ms(k) + t_verify(R + k * max_drafts_)) > plain;
+    if (!could) {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.choice_steps++;
+      stats_.choice_closed++;
+      return settle(std::vector<bool>(dec.size(), false));
+    }
   }
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
@@ -659,19 +670,21 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     const double rounds = std::max(1.0, s->out->remaining() / (1.0 + std::max(0.0, est[i])));
     return commit_ms(s->pending_tokens.size()) / rounds;
   };
+  // The best prefix of that order, over every length (not the first one after which the
+  // throughput dips: with a pass cost nearly flat in k, the first request alone may lose
+  // what the first four together win).
   double gain = 0, commit = 0, best = R / t_verify(R);
   int len = 0, k = 0;
-  for (; k < static_cast<int>(order.size()); ++k) {
-    const size_t i = static_cast<size_t>(order[static_cast<size_t>(k)]);
-    const double g = gain + est[i];
-    const int l = len + est_len[i];
-    const double c = commit + commit_share(i);
-    const double theta = (R + g) / (draft_ms(k + 1) + c + t_verify(R + l));
-    if (!(theta > best)) break;
-    best = theta;
-    gain = g;
-    commit = c;
-    len = l;
+  for (int j = 0; j < static_cast<int>(order.size()); ++j) {
+    const size_t i = static_cast<size_t>(order[static_cast<size_t>(j)]);
+    gain += est[i];
+    len += est_len[i];
+    commit += commit_share(i);
+    const double theta = (R + gain) / (draft_ms(j + 1) + commit + t_verify(R + len));
+    if (theta > best) {
+      best = theta;
+      k = j + 1;
+    }
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
   // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it),
@@ -688,7 +701,14 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     if (choice_clock_ >= last_probe_ + probe_gap) {
       yes[pick] = true;
       last_probe_ = choice_clock_;
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.choice_probes++;
     }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.choice_steps++;
+    stats_.choice_chosen += static_cast<uint64_t>(k);
   }
   return settle(std::move(yes));
 }

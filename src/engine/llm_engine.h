@@ -249,6 +249,10 @@ struct EngineStats {
   // forward) and the target forward. The rest is the engine's own host work (scheduling,
   // drafting choice, verification, KV bookkeeping, streaming).
   double step_seconds = 0, draft_seconds = 0, forward_seconds = 0;
+  // The dspark drafting choice (choose_drafting): steps it decided, of which steps where no
+  // number of drafting requests could pay at that load (nobody drafts or probes), requests
+  // it chose by estimated gain, and re-probes.
+  uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
 };
 
 class LLMEngine {

@@ -403,6 +403,30 @@ TEST(LLMEngine, DSparkDraftingChoiceStopsPayingForDraftsThatDoNotPay) {
   EXPECT_GT(cheap.drafted_tokens, cheap.verify_entries) << "cheap drafting should run on most request-steps";
 }
 
+TEST(LLMEngine, DSparkDraftingChoiceDraftsTogetherWhenThePassCostIsFlat) {
+  // A GPU drafter pass costs nearly the same for 1 and 16 requests (0.30 / 0.82 ms on the
+  // H200), and verify rows are nearly free beside a step's fixed cost. Then one request's
+  // drafts do not pay for a pass while many requests' drafts do: the choice must look at
+  // every number of drafting requests, not stop at the first that loses (which kept dspark
+  // from drafting at concurrency 4-16 on the H200 while fixed-length drafting paid there).
+  // Here a step costs 4 ms + 0.005 ms per verified token and a pass 2.5 ms for any k. With
+  // 16 requests running, plain gives 16 / 4.08 ms; one request drafting, even with all 8
+  // drafts accepted, 24 / 6.70 ms (loses); all sixteen at the ~1.2 tokens the first probes
+  // measure here (5 rows each), 35 / 6.98 ms (wins). Lossless either way.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  const SpsTable sps = linear_sps(4.0, 0.005);
+  EngineOptions o = dspark_options();
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_cost = DraftCostTable({{1, 2.5}, {2, 2.5}, {4, 2.5}, {8, 2.5}, {16, 2.5}});
+  const EngineStats st = expect_lossless(o, "flat drafter pass cost");
+  EXPECT_GT(st.choice_steps, 0u);
+  // Most request-steps draft (before this choice: only the first probes, 26 tokens of 1353).
+  EXPECT_GT(2 * st.drafted_tokens, static_cast<uint64_t>(fixture().dspark->info().max_draft_tokens) * st.verify_entries)
+      << "requests should draft together on most steps (drafted " << st.drafted_tokens << " tokens over "
+      << st.verify_entries << " request-steps, " << st.choice_closed << " of " << st.choice_steps << " steps closed)";
+}
+
 TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   // The drafting choice keeps a population estimate across requests; it is reset when the
   // engine goes idle, so the same seeded sampled request run alone twice gives the same
