@@ -17,8 +17,11 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_quant_gemv.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/matmul_quant.h"
 #include "sampling/sampler.h"
 #include "spec/verify.h"
 
@@ -585,6 +588,124 @@ TEST(CudaKernels, SamplingAndRejectionSamplingMatchTheHostRule) {
               items_total, rejected, all_accepted, accepted_some);
   EXPECT_GT(rejected, 10);
   EXPECT_GT(all_accepted, 5);
+}
+
+// DeepSeek-V4's block-quantized weights (FP8 E4M3 with 128x128 E8M0 scales, FP4 E2M1 with
+// per-32 E8M0 scales) dequantised inside the GEMV: against the CPU's matmul_quant (same
+// exact dequantisation, another summation order), for shapes with partial scale blocks;
+// a row's bits do not depend on how many rows of x share the launch; a bad shape is a
+// one-line error. Then, informational only, the bandwidth of V4-sized matrices (printed,
+// never asserted).
+TEST(CudaKernels, QuantGemvMatchesCpuAndIsBatchInvariant) {
+  {
+    QuantDeviceMatrix bad;
+    bad.rows = 4;
+    bad.cols = 1000;
+    EXPECT_THROW(check_quant_gemv_shape(bad), Error);
+    bad.format = QuantFormat::Fp4Group32;
+    bad.cols = 48;
+    try {
+      check_quant_gemv_shape(bad);
+      ADD_FAILURE() << "FP4 with 48 columns accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("multiple of 32"), std::string::npos) << e.what();
+    }
+  }
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(11);
+  struct Shape {
+    QuantFormat f;
+    int64_t rows, cols;
+  };
+  for (const Shape sh : {Shape{QuantFormat::Fp8Block128, 300, 1040}, Shape{QuantFormat::Fp8Block128, 129, 4096},
+                         Shape{QuantFormat::Fp4Group32, 257, 2048}, Shape{QuantFormat::Fp4Group32, 64, 7168}}) {
+    const bool fp4 = sh.f == QuantFormat::Fp4Group32;
+    const int64_t code_bytes = fp4 ? sh.rows * sh.cols / 2 : sh.rows * sh.cols;
+    const int64_t scale_bytes = fp4 ? sh.rows * (sh.cols / 32) : ((sh.rows + 127) / 128) * ((sh.cols + 127) / 128);
+    std::vector<uint8_t> codes(static_cast<size_t>(code_bytes)), scales(static_cast<size_t>(scale_bytes));
+    for (uint8_t& c : codes) {
+      c = static_cast<uint8_t>(rng());
+      if (!fp4 && (c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
+    }
+    for (uint8_t& e : scales) e = static_cast<uint8_t>(118 + rng() % 16);
+    QuantWeightView hw;
+    hw.format = sh.f;
+    hw.data = codes.data();
+    hw.scales = scales.data();
+    hw.rows = sh.rows;
+    hw.cols = sh.cols;
+    const int m = 11;  // two launches of up to 8 rows
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(m * sh.cols));
+    for (float& v : x) v = nd(rng);
+    std::vector<float> want(static_cast<size_t>(m * sh.rows));
+    matmul_quant(x.data(), m, hw, want.data());
+    Dev<uint8_t> dc(codes), ds(scales);
+    Dev<float> dx(x), dy(static_cast<size_t>(m * sh.rows)), dy1(static_cast<size_t>(sh.rows));
+    QuantDeviceMatrix dw;
+    dw.format = sh.f;
+    dw.codes = dc.p;
+    dw.scales = ds.p;
+    dw.rows = sh.rows;
+    dw.cols = sh.cols;
+    dy.poison();
+    quant_gemv(dw, dx.p, m, dy.p, nullptr);
+    // Row 9 of x alone (a launch of one row) against row 9 inside the 11-row call.
+    quant_gemv(dw, dx.p + 9 * sh.cols, 1, dy1.p, nullptr);
+    DSINFER_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got = dy.get(), alone = dy1.get();
+    std::vector<float> wrow(static_cast<size_t>(sh.cols));
+    double worst = 0;
+    for (int64_t j = 0; j < sh.rows; ++j) {
+      quant_row_to_f32(hw, j, wrow.data());
+      for (int i = 0; i < m; ++i) {
+        double mag = 0;
+        for (int64_t k = 0; k < sh.cols; ++k) mag += std::fabs(static_cast<double>(x[i * sh.cols + k]) * wrow[k]);
+        const double err = std::fabs(static_cast<double>(got[i * sh.rows + j]) - want[i * sh.rows + j]) / (mag + 1e-30);
+        worst = std::max(worst, err);
+      }
+      ASSERT_EQ(std::memcmp(&alone[j], &got[9 * sh.rows + j], sizeof(float)), 0)
+          << "row " << j << ": one row of x alone differs from the same row among 11";
+    }
+    EXPECT_LT(worst, 1e-5) << (fp4 ? "FP4 " : "FP8 ") << sh.rows << "x" << sh.cols;
+    std::printf("[quant gemv] %s %lldx%lld: worst error %.2e of sum |x w|\n", fp4 ? "FP4" : "FP8",
+                static_cast<long long>(sh.rows), static_cast<long long>(sh.cols), worst);
+  }
+  // Bandwidth (informational): one row of x against V4-Flash-sized matrices.
+  for (const Shape sh : {Shape{QuantFormat::Fp8Block128, 7168, 4096}, Shape{QuantFormat::Fp8Block128, 32768, 1024},
+                         Shape{QuantFormat::Fp4Group32, 4096, 7168}, Shape{QuantFormat::Fp4Group32, 7168, 2048}}) {
+    const bool fp4 = sh.f == QuantFormat::Fp4Group32;
+    const size_t code_bytes = static_cast<size_t>(fp4 ? sh.rows * sh.cols / 2 : sh.rows * sh.cols);
+    const size_t scale_bytes = static_cast<size_t>(fp4 ? sh.rows * (sh.cols / 32) : ((sh.rows + 127) / 128) * ((sh.cols + 127) / 128));
+    // 16 copies, cycled, so each call streams from HBM rather than the 60 MB L2.
+    constexpr int kCopies = 16;
+    Dev<uint8_t> dc(code_bytes * kCopies), ds(scale_bytes * kCopies);
+    DSINFER_CUDA_CHECK(cudaMemset(dc.p, 0x11, code_bytes * kCopies));
+    DSINFER_CUDA_CHECK(cudaMemset(ds.p, 127, scale_bytes * kCopies));
+    Dev<float> dx(static_cast<size_t>(sh.cols)), dy(static_cast<size_t>(sh.rows));
+    DSINFER_CUDA_CHECK(cudaMemset(dx.p, 0, sizeof(float) * sh.cols));
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    auto run = [&](int i) {
+      QuantDeviceMatrix dw{sh.f, dc.p + (i % kCopies) * code_bytes, ds.p + (i % kCopies) * scale_bytes, sh.rows, sh.cols};
+      quant_gemv(dw, dx.p, 1, dy.p, nullptr);
+    };
+    for (int i = 0; i < kCopies; ++i) run(i);
+    cudaEventRecord(a);
+    constexpr int kReps = 64;
+    for (int i = 0; i < kReps; ++i) run(i);
+    cudaEventRecord(b);
+    DSINFER_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    const double per = ms / kReps;
+    std::printf("[quant gemv bandwidth] %s %lldx%lld (%.1f MB): %.2f us, %.0f GB/s\n", fp4 ? "FP4" : "FP8",
+                static_cast<long long>(sh.rows), static_cast<long long>(sh.cols), (code_bytes + scale_bytes) / 1e6,
+                per * 1e3, (code_bytes + scale_bytes) / (per * 1e-3) / 1e9);
+  }
 }
 
 #else
