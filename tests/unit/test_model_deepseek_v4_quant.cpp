@@ -19,6 +19,7 @@
 #include <random>
 #include <unistd.h>
 
+#include "backend/cuda/quant_decode.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "kernels/cpu/matmul.h"
@@ -247,4 +248,22 @@ TEST(ModelDeepseekV4Quant, QuantizedCheckpointMatchesItsDequantisedTwin) {
     scale = std::max(scale, std::abs(double(of.logits[i])));
   }
   EXPECT_LE(worst, 1e-4 * scale) << "worst |diff| " << worst;
+}
+
+// The CUDA quantized GEMV's decoders (backend/cuda/quant_decode.h, bit arithmetic shared by
+// host and device) equal the CPU kernel's for every code: every E4M3 and E8M0 byte and
+// every E2M1 nibble, bit for bit (NaN as NaN). Runs in every build, GPU or not.
+TEST(V4Quant, DeviceDecodersEqualTheCpuDecodersForEveryCode) {
+  auto same = [](float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
+    return std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  for (uint32_t v = 0; v < 256; ++v) {
+    EXPECT_TRUE(same(quant_decode::e4m3(v), e4m3_to_f32(static_cast<uint8_t>(v))))
+        << "E4M3 code " << v << ": " << quant_decode::e4m3(v) << " vs " << e4m3_to_f32(static_cast<uint8_t>(v));
+    EXPECT_TRUE(same(quant_decode::e8m0(v), e8m0_to_f32(static_cast<uint8_t>(v)))) << "E8M0 code " << v;
+  }
+  for (uint32_t n = 0; n < 16; ++n)
+    EXPECT_TRUE(same(quant_decode::e2m1(n), e2m1_to_f32(static_cast<uint8_t>(n))))
+        << "E2M1 code " << n << ": " << quant_decode::e2m1(n) << " vs " << e2m1_to_f32(static_cast<uint8_t>(n));
 }

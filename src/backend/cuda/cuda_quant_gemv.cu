@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/quant_decode.h"
 #include "core/error.h"
 
 namespace dsinfer::cuda {
@@ -13,28 +14,9 @@ namespace {
 constexpr int kWarps = 8;     // output rows per block
 constexpr int kMaxRows = 8;   // rows of x per launch
 
-// 2^(e - 127) exactly as the CPU's e8m0_to_f32 (e == 0: 2^-127, a subnormal; 255: NaN).
-__device__ __forceinline__ float e8m0(uint32_t e) {
-  const uint32_t bits = e == 0 ? 0x00400000u : (e == 255 ? 0x7fc00000u : e << 23);
-  return __uint_as_float(bits);
-}
-
-// E4M3 ("fn": no infinities, S.1111.111 is NaN) exactly as the CPU's e4m3_to_f32.
-__device__ __forceinline__ float e4m3(uint32_t v) {
-  const uint32_t sign = (v & 0x80u) << 24, exp = (v >> 3) & 0xfu, man = v & 0x7u;
-  if (exp == 0xfu && man == 0x7u) return __uint_as_float(0x7fc00000u);
-  // Normal: (1 + man/8) · 2^(exp − 7), F32 exponent field exp − 7 + 127 = exp + 120.
-  // Subnormal: man · 2^-9 (exact in F32).
-  const float mag = exp ? __uint_as_float(((exp + 120u) << 23) | (man << 20)) : static_cast<float>(man) * 0x1p-9f;
-  return __uint_as_float(__float_as_uint(mag) | sign);
-}
-
-// E2M1: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}.
-__device__ __forceinline__ float e2m1(uint32_t nib) {
-  const uint32_t m = nib & 0x7u;
-  const float mag = m < 4 ? 0.5f * static_cast<float>(m) : (m == 4 ? 2.0f : (m == 5 ? 3.0f : (m == 6 ? 4.0f : 6.0f)));
-  return (nib & 0x8u) ? -mag : mag;
-}
+using quant_decode::e2m1;
+using quant_decode::e4m3;
+using quant_decode::e8m0;
 
 // One warp per output row j; `m` (1..8) rows of x. Lane l handles 16-byte chunks l, l + 32,
 // ... of the row's codes.
