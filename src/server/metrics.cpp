@@ -213,6 +213,21 @@ std::string ServerMetrics::render(const EngineStats& st, const std::string& mode
   counter(out, "dsinfer_async_prefetch_passes_total",
           "Drafter passes run on the async-prefetch thread while a forward verified other requests",
           static_cast<double>(st.prefetch_passes));
+  counter(out, "dsinfer_engine_step_seconds_total", "Wall time of engine steps that did work",
+          st.step_seconds);
+  counter(out, "dsinfer_engine_draft_seconds_total",
+          "Wall time of drafter passes (context commit + propose; overlapping the forward with async prefetch)",
+          st.draft_seconds);
+  counter(out, "dsinfer_engine_forward_seconds_total", "Wall time of target forwards", st.forward_seconds);
+  counter(out, "dsinfer_drafting_choice_steps_total", "Steps the dspark drafting choice decided",
+          static_cast<double>(st.choice_steps));
+  counter(out, "dsinfer_drafting_choice_closed_total",
+          "Steps where no number of drafting requests could pay at that load (nobody drafted or probed)",
+          static_cast<double>(st.choice_closed));
+  counter(out, "dsinfer_drafting_choice_chosen_total", "Requests the drafting choice chose by estimated gain",
+          static_cast<double>(st.choice_chosen));
+  counter(out, "dsinfer_drafting_choice_probes_total", "Re-probes of requests left out of drafting",
+          static_cast<double>(st.choice_probes));
   counter(out, "dsinfer_config_changes_total", "Accepted POST /api/v1/config/dflash", static_cast<double>(config_changes_));
 
   // KV memory: the engine's paged block pool (engine/block_pool.h).

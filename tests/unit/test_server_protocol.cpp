@@ -254,6 +254,13 @@ TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
   st.generated_tokens = 10;
   st.accepted_draft_tokens = 4;
   st.verified_draft_tokens = 6;
+  st.step_seconds = 2.5;
+  st.draft_seconds = 0.5;
+  st.forward_seconds = 1.5;
+  st.choice_steps = 7;
+  st.choice_closed = 3;
+  st.choice_chosen = 9;
+  st.choice_probes = 1;
   const std::string text = m.render(st, "model\"x");
   auto has = [&](const std::string& line) {
     std::string needle = "\n";
@@ -276,6 +283,13 @@ TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
   has("dsinfer_time_per_output_token_seconds_count 1");  // TPOT only with > 1 token
   has("dsinfer_time_to_first_token_seconds_count 1");
   has("dsinfer_e2e_request_latency_seconds_count 2");
+  has("dsinfer_engine_step_seconds_total 2.5");
+  has("dsinfer_engine_draft_seconds_total 0.5");
+  has("dsinfer_engine_forward_seconds_total 1.5");
+  has("dsinfer_drafting_choice_steps_total 7");
+  has("dsinfer_drafting_choice_closed_total 3");
+  has("dsinfer_drafting_choice_chosen_total 9");
+  has("dsinfer_drafting_choice_probes_total 1");
   EXPECT_NE(text.find("model=\"model\\\"x\""), std::string::npos);  // label value escaped
 }
 
