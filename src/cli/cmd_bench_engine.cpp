@@ -265,14 +265,8 @@ int run_bench_engine(const BenchEngineArgs& a) {
     po.repeats = 3;
     sps = profile_sps(*model, drafter.get(), po, &draft_ms);
     draft_cost = profile_draft_cost(*model, *drafter, draft_cost_batches(*std::max_element(levels.begin(), levels.end())));
-    std::string curve;
-    for (const SpsPoint& p : sps->points()) {
-      char buf[48];
-      std::snprintf(buf, sizeof buf, "%s%d: %.3f", curve.empty() ? "" : ", ", p.batch_tokens, 1000.0 / p.sps);
-      curve += buf;
-    }
     std::fprintf(stderr, "bench-engine: profiled SPS(B) at %zu points up to B = %d (verify ms: %s); drafter pass %s\n",
-                 po.points.size(), max_b, curve.c_str(), draft_cost_summary(draft_cost).c_str());
+                 po.points.size(), max_b, sps_curve_summary(*sps).c_str(), draft_cost_summary(draft_cost).c_str());
   }
 
   std::vector<Cell> runs;

@@ -600,6 +600,14 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   ++choice_clock_;
   const int R = static_cast<int>(dec.size());
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  // EngineStats' choice counters, once per decided step.
+  auto count_choice = [&](bool closed, int chosen, bool probed) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.choice_steps++;
+    stats_.choice_closed += closed ? 1 : 0;
+    stats_.choice_chosen += static_cast<uint64_t>(chosen);
+    stats_.choice_probes += probed ? 1 : 0;
+  };
   // Every return goes through here: steps left out count towards staleness and probe order.
   auto settle = [&](std::vector<bool> choice) {
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
@@ -618,9 +626,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     for (int k = 1; k <= R && !could; ++k)
       could = (R + k * max_drafts_) / (draft_ms(k) + t_verify(R + k * max_drafts_)) > plain;
     if (!could) {
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.choice_steps++;
-      stats_.choice_closed++;
+      count_choice(true, 0, false);
       return settle(std::vector<bool>(dec.size(), false));
     }
   }
@@ -687,6 +693,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     }
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
+  bool probed = false;
   // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it),
   // the whole commit of its pending rows (a probe that finds drafting does not pay has
   // bought nothing with it) and a verify block.
@@ -701,15 +708,10 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     if (choice_clock_ >= last_probe_ + probe_gap) {
       yes[pick] = true;
       last_probe_ = choice_clock_;
-      std::lock_guard<std::mutex> lock(mu_);
-      stats_.choice_probes++;
+      probed = true;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.choice_steps++;
-    stats_.choice_chosen += static_cast<uint64_t>(k);
-  }
+  count_choice(false, k, probed);
   return settle(std::move(yes));
 }
 
@@ -724,29 +726,24 @@ struct LLMEngine::DraftJob {
 
 void LLMEngine::draft_pass(DraftJob& job) const {
   const auto t0 = std::chrono::steady_clock::now();
-  struct AddTime {
-    const LLMEngine* e;
-    std::chrono::steady_clock::time_point t0;
-    ~AddTime() {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::lock_guard<std::mutex> lock(e->mu_);
-      e->draft_seconds_ += s;
-    }
-  } add_time{this, t0};
   if (!job.commits.empty()) opts_.drafter->commit_context_batch(job.commits);
   for (Sequence* s : job.owners) s->pending_tokens.clear();
-  if (job.items.empty()) return;
-  std::vector<DraftProposal> props = opts_.drafter->propose_batch(job.items);
-  for (size_t i = 0; i < job.owners.size(); ++i) job.owners[i]->prop = std::move(props[i]);
-  if (opts_.synthetic_acceptance_rate > 0.0) {
-    // Benchmark mode: the schedulers see confidences equal to the synthetic acceptance.
-    const double p = std::min(opts_.synthetic_acceptance_rate, 1.0 - 1e-6);
-    const float z = static_cast<float>(std::log(p / (1.0 - p)));
-    for (Sequence* s : job.owners) {
-      s->prop.confidence_logits.assign(s->prop.tokens.size(), z);
-      s->prop.confidence.assign(s->prop.tokens.size(), static_cast<float>(p));
+  if (!job.items.empty()) {
+    std::vector<DraftProposal> props = opts_.drafter->propose_batch(job.items);
+    for (size_t i = 0; i < job.owners.size(); ++i) job.owners[i]->prop = std::move(props[i]);
+    if (opts_.synthetic_acceptance_rate > 0.0) {
+      // Benchmark mode: the schedulers see confidences equal to the synthetic acceptance.
+      const double p = std::min(opts_.synthetic_acceptance_rate, 1.0 - 1e-6);
+      const float z = static_cast<float>(std::log(p / (1.0 - p)));
+      for (Sequence* s : job.owners) {
+        s->prop.confidence_logits.assign(s->prop.tokens.size(), z);
+        s->prop.confidence.assign(s->prop.tokens.size(), static_cast<float>(p));
+      }
     }
   }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  draft_seconds_ += secs;
 }
 
 bool LLMEngine::step() {

@@ -184,6 +184,16 @@ std::vector<int> draft_cost_batches(int max_running) {
   return ks;
 }
 
+std::string sps_curve_summary(const SpsTable& t) {
+  std::string s;
+  char buf[48];
+  for (const SpsPoint& p : t.points()) {
+    std::snprintf(buf, sizeof buf, "%s%d: %.3f", s.empty() ? "" : ", ", p.batch_tokens, 1000.0 / p.sps);
+    s += buf;
+  }
+  return s;
+}
+
 std::string draft_cost_summary(const DraftCostTable& t) {
   std::string s;
   char buf[64];

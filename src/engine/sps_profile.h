@@ -84,6 +84,8 @@ DraftCostTable profile_draft_cost(Model& target, const Drafter& drafter, const s
 std::vector<int> draft_cost_batches(int max_running);
 // "k=1 0.78 ms, k=4 1.30 ms, ...; commit 5.1 us/row" for start-up logs.
 std::string draft_cost_summary(const DraftCostTable& t);
+// "1: 0.241, 4: 0.339, ...": the verify ms per step, 1000 / SPS(B), at each profiled B.
+std::string sps_curve_summary(const SpsTable& t);
 
 // The default cache file for a target/drafter pair: $DSINFER_CACHE_DIR, else
 // $XDG_CACHE_HOME/dsinfer, else $HOME/.cache/dsinfer, + "/sps-<hash>.json". Returns "" when
