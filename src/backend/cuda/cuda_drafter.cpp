@@ -231,7 +231,12 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   V_ = target.config().vocab_size;
   eps_ = static_cast<float>(b.rms_norm_eps);
   if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_PROFILE")) profile_ = std::string(p) == "1";
-  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_COMMIT_SYNC")) commit_sync_ = std::string(p) == "1";
+  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_COMMIT_SYNC")) {
+    const std::string v = p;
+    if (v != "0" && v != "1")
+      throw Error("DSINFER_CUDA_DRAFTER_COMMIT_SYNC: expected 0 (commit returns once enqueued) or 1, got '" + v + "'");
+    commit_sync_ = v == "1";
+  }
   window_ = opts.window_size >= 0 ? opts.window_size : cfg.context_window;
   if (D_ > 256 || D_ % 2 != 0)
     throw Error(cfile + ": field 'head_dim': " + std::to_string(D_) + " not supported on CUDA (even, <= 256)");
