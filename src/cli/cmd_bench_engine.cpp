@@ -243,7 +243,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
     throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(a.cache_prealloc_ratio));
   if (a.prealloc_given) {
     kv_budget = available_memory_bytes();
-    if (model->device_kv_blocks(a.kv_block_size, a.cache_prealloc_ratio) > 0)
+    if (model->device_kv_blocks(a.kv_block_size, a.cache_prealloc_ratio, 0) > 0)
       std::fprintf(stderr, "bench-engine: KV pool in device memory: --cache-prealloc-ratio %.2f of the free device memory\n",
                    a.cache_prealloc_ratio);
     else

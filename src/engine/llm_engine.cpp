@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <chrono>
 #include <cstring>
+#include <deque>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -133,14 +134,18 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
   const DType kv_dtype = model.kv_dtype();  // BF16 in bf16 matmul precision: half the bytes per block
-  // A model whose pool lives in device memory sizes it from that memory (the captured rows
-  // of the drafter's feature store stay in host memory, outside that budget).
-  const int64_t device_blocks =
-      blocks <= 0 && opts_.kv_budget_bytes > 0 ? model.device_kv_blocks(bs, opts_.cache_prealloc_ratio) : 0;
+  // The drafter's captured rows stay in the model's paged pool when the drafter reads them
+  // there (the GPU drafter beside a GPU target): the pool is asked for feature rows.
+  const int want_features = feat_ && opts_.drafter->reads_cache_features() ? feat_ : 0;
+  // A model whose pool lives in device memory sizes it from that memory (feature rows
+  // included when it keeps them; else the feature store stays in host memory, outside it).
+  const int64_t device_blocks = blocks <= 0 && opts_.kv_budget_bytes > 0
+                                    ? model.device_kv_blocks(bs, opts_.cache_prealloc_ratio, want_features)
+                                    : 0;
   if (device_blocks > 0) {
     blocks = device_blocks;
-    // The drafter's feature store stays in host memory: at most the host budget's share.
-    if (feat_) {
+    // A host feature store: at most the host budget's share.
+    if (feat_ && !want_features) {
       const double feature_bytes_per_block = static_cast<double>(bs) * feature_row_bytes();
       const double host = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio;
       blocks = std::min<int64_t>(blocks, static_cast<int64_t>(host / feature_bytes_per_block));
@@ -170,15 +175,16 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pc.block_size = bs;
   pc.shard_count = opts_.shard_count;
   pool_ = std::make_unique<BlockPool>(pc);
-  kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_);
+  kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_, want_features);
   paged_ = kv_.get();
-  if (feat_) features_.reset(new std::byte[static_cast<size_t>(blocks) * bs * feature_row_bytes()]);
+  device_features_ = want_features > 0 && kv_->feature_floats() == feat_;
+  if (feat_ && !device_features_) features_.reset(new std::byte[static_cast<size_t>(blocks) * bs * feature_row_bytes()]);
   // The pool's memory is committed now (--cache-prealloc-ratio takes it at start-up), not
   // page by page while serving: in a VM a first touch costs microseconds per 4 KB page, and
   // the first requests' prefill steps paid it (the feature store, as large as the K/V, made
   // speculative engines pay more: a tenth of a run at concurrency 128).
   kv_->prefault();
-  if (feat_) std::memset(features_.get(), 0, static_cast<size_t>(blocks) * bs * feature_row_bytes());
+  if (features_) std::memset(features_.get(), 0, static_cast<size_t>(blocks) * bs * feature_row_bytes());
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
   block_max_drafts_ = max_drafts_;
   runtime_.policy = opts_.policy;
@@ -437,7 +443,7 @@ void LLMEngine::preempt(Sequence& s) {
 void LLMEngine::bind(Sequence& s, int length) { paged_->bind(s.slot, s.table.blocks(), length); }
 
 void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden) {
-  if (!feat_ || !hidden) return;
+  if (!features_ || !hidden) return;
   for (int i = 0; i < n; ++i) {
     std::byte* row = feature_row(blocks, start + i);
     const float* src = hidden + static_cast<size_t>(i) * feat_;
@@ -486,6 +492,7 @@ void LLMEngine::warm_up() {
       const int chunk = std::min(len - done, opts_.max_batch_tokens);
       ForwardBatch b;
       b.capture_layers = capture_;
+      b.capture_to_cache = device_features_;
       b.entries.push_back({0, std::vector<int32_t>(p.begin() + done, p.begin() + done + chunk), {}});
       paged_->bind(0, t.blocks(), done);
       model_.forward(*kv_, b, out);
@@ -510,7 +517,7 @@ void LLMEngine::defrag_if_idle() {
   const int bs = pool_->block_size();
   for (const BlockMove& m : r.moves) {
     paged_->copy_block(m.from, m.to, bs);
-    if (feat_)
+    if (features_)
       std::memcpy(features_.get() + static_cast<size_t>(m.to) * bs * feature_row_bytes(),
                   features_.get() + static_cast<size_t>(m.from) * bs * feature_row_bytes(),
                   static_cast<size_t>(bs) * feature_row_bytes());
@@ -720,6 +727,9 @@ struct LLMEngine::DraftJob {
   // commit's rows are gathered (the buffer may grow until then).
   std::vector<ContextBatchItem> commits;
   std::vector<size_t> hidden_at;
+  // With device features: the commits' block tables (commits[i].feature_blocks points into
+  // the i-th; a deque keeps them in place while it grows).
+  std::deque<std::vector<int32_t>> feature_tables;
   std::vector<DraftBatchItem> items;
   std::vector<Sequence*> owners;
 };
@@ -873,12 +883,19 @@ bool LLMEngine::step() {
       // thread: an async pass must not read blocks this step's forward may write).
       const int n_rows = static_cast<int>(s.pending_tokens.size());
       j.hidden_at.push_back(draft_hidden_.size());
-      if (feat_) {
+      ContextBatchItem c{s.draft.get(), s.pending_tokens.data(), nullptr, n_rows};
+      if (device_features_) {
+        // The rows stay in the model's pool: the drafter reads them through a copy of the
+        // table (the sequence's own may grow while an async pass runs).
+        c.feature_blocks = j.feature_tables.emplace_back(s.table.blocks().begin(), s.table.blocks().end()).data();
+        c.feature_cache = kv_.get();
+        c.feature_first = s.draft->context_length();
+      } else if (feat_) {
         draft_hidden_.resize(draft_hidden_.size() + static_cast<size_t>(n_rows) * feat_);
         gather_features(s.table.blocks(), s.draft->context_length(), n_rows,
                         draft_hidden_.data() + j.hidden_at.back());
       }
-      j.commits.push_back({s.draft.get(), s.pending_tokens.data(), nullptr, n_rows});
+      j.commits.push_back(c);
     }
     j.items.push_back({s.draft.get(), s.anchor, n, &s.req.sampling, &s.rng});
     j.owners.push_back(&s);
@@ -934,7 +951,7 @@ bool LLMEngine::step() {
       track.push_back(!s->prop_lookup && (role[r] == Role::Ready || (!async && drafts[r])));
     }
   }
-  if (feat_)
+  if (features_)
     for (size_t i = 0; i < job.commits.size(); ++i) job.commits[i].hidden = draft_hidden_.data() + job.hidden_at[i];
   if (async && !job.owners.empty()) {
     if (!draft_worker_) {
@@ -1043,6 +1060,7 @@ bool LLMEngine::step() {
   ForwardBatch& batch = step_batch_;
   batch.entries.clear();
   batch.capture_layers = capture_;
+  batch.capture_to_cache = device_features_;
   std::vector<Sequence*> entry_seq;
   int budget = opts_.max_batch_tokens;
   for (Sequence* s : ver) {
@@ -1061,7 +1079,7 @@ bool LLMEngine::step() {
     }
     if (ar.has_copy()) {
       paged_->copy_block(ar.copy.src, ar.copy.dst, ar.copy.n_tokens);
-      if (feat_)
+      if (features_)
         std::memcpy(features_.get() + static_cast<size_t>(ar.copy.dst) * pool_->block_size() * feature_row_bytes(),
                     features_.get() + static_cast<size_t>(ar.copy.src) * pool_->block_size() * feature_row_bytes(),
                     static_cast<size_t>(ar.copy.n_tokens) * feature_row_bytes());
@@ -1162,7 +1180,7 @@ bool LLMEngine::step() {
     const float* logits = ids_only || dv ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
     const int32_t* ids = ids_only ? row_ids.data() + logit_row : nullptr;  // argmax of each logit row
     const VerifyRequest* vr = entry_req[i] >= 0 ? &vreqs[static_cast<size_t>(entry_req[i])] : nullptr;
-    const float* hidden = feat_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
+    const float* hidden = features_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
     token_row += static_cast<size_t>(n_tok);

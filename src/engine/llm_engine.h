@@ -297,7 +297,6 @@ class LLMEngine {
   void preempt(Sequence& s);
   // Binds the sequence's slot in the paged cache to its table, `length` positions held.
   void bind(Sequence& s, int length);
-  // Copies the drafter's captured rows of a forward into the per-block feature store.
   // t_draft(k) of a drafter pass over k requests (EngineOptions::draft_cost, else k x
   // draft_ms_per_request); known when either is given.
   double draft_ms(int k) const {
@@ -307,6 +306,8 @@ class LLMEngine {
   // What committing `rows` pending context rows costs before a request's block (0 when the
   // table has no commit time).
   double commit_ms(size_t rows) const { return opts_.draft_cost.commit_ms(static_cast<int>(rows)); }
+  // Copies the drafter's captured rows of a forward into the per-block feature store
+  // (nothing when the rows stay in the model's pool: device_features_).
   void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
   // Positions [start, start + n) of a block table from the feature store into dst, [n][feat_].
   void gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const;
@@ -336,8 +337,13 @@ class LLMEngine {
   // requests that do not draft (most of them under load) cost no second copy.
   // Rows are BF16 (rounded as matmul rounds activations: kv_round_bf16) when
   // features_bf16_, else F32.
+  // With device_features_ there is no host store: the model's paged pool keeps the rows
+  // beside the K/V (BlockKVCache::feature_floats, written by forwards with
+  // capture_to_cache) and the drafter reads them there (ContextBatchItem's cache source),
+  // so they never cross to the host (a GPU target with the GPU drafter).
   std::unique_ptr<std::byte[]> features_;
   bool features_bf16_ = false;
+  bool device_features_ = false;
   size_t feature_row_bytes() const { return static_cast<size_t>(feat_) * (features_bf16_ ? 2 : 4); }
   // Position p of a block table in the feature store.
   std::byte* feature_row(std::span<const int32_t> blocks, int p) const {

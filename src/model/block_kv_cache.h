@@ -41,8 +41,12 @@ class BlockKVCache : public KVCache {
   int64_t num_blocks() const { return num_blocks_; }
   // Called by the model once every layer has written the new positions; Error past capacity.
   void set_length(int slot, int len);
-  // Positions [0, n_tokens) of block src -> block dst, every layer, K and V.
+  // Positions [0, n_tokens) of block src -> block dst, every layer, K and V (and the
+  // feature rows, when the storage has them).
   virtual void copy_block(int32_t src, int32_t dst, int n_tokens) = 0;
+  // Floats of drafter feature rows kept per position next to the K/V (0: none; see
+  // Model::make_paged_kv_cache and ForwardBatch::capture_to_cache).
+  int feature_floats() const { return feature_floats_; }
   // Commits the storage's pages now (host memory: writes every page once), so serving
   // never stops on a first-touch page fault. Device pools are committed when allocated.
   virtual void prefault() {}
@@ -57,6 +61,7 @@ class BlockKVCache : public KVCache {
   }
   // copy_block's argument check (Error naming the blocks and count).
   void check_copy(int32_t src, int32_t dst, int n_tokens) const;
+  int feature_floats_ = 0;  // set by a storage that keeps feature rows
 
  private:
   void check_slot(int slot, const char* what) const;

@@ -11,7 +11,10 @@
 namespace dsinfer {
 
 std::unique_ptr<BlockKVCache> Model::make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                         int max_tokens) const {
+                                                         int max_tokens, int feature_floats) const {
+  // Host models give no feature rows (feature_floats() == 0): a host drafter reads the
+  // engine's own store, in the same memory.
+  (void)feature_floats;
   const ModelConfig& c = config();
   return std::make_unique<PagedKVCache>(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, block_size, num_blocks,
                                         max_slots, max_tokens, kv_dtype());

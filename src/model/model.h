@@ -37,6 +37,11 @@ struct ForwardBatch {
   // Decoder layer outputs to capture for every new token (residual stream after the
   // layer's MLP add, before the final norm). Layer id -1 means the embedding output.
   std::vector<int> capture_layers;
+  // Keep the captured rows in the paged cache's feature rows (BlockKVCache::feature_floats,
+  // BF16) at each new token's position, where a drafter on the same device reads them
+  // (ContextBatchItem's cache source), instead of returning them: out.captured stays empty.
+  // Only for a BlockKVCache with feature rows as wide as capture_layers × hidden (else Error).
+  bool capture_to_cache = false;
 };
 
 struct ForwardOutput {
@@ -66,15 +71,21 @@ class Model {
   // blocks of block_size positions shared by max_slots slots of up to max_tokens each,
   // where this model's forward reads it. Default (model.cpp): PagedKVCache in host memory
   // with the config's geometry; the CUDA model puts the pool in device memory.
+  // feature_floats > 0 asks for feature rows next to the K/V (a drafter's captured target
+  // rows per position, written by forwards with capture_to_cache); a model that keeps them
+  // where its forward runs gives them (the CUDA model), the default does not (the engine
+  // then keeps its own host store): read the answer from BlockKVCache::feature_floats().
   virtual std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                            int max_tokens) const;
+                                                            int max_tokens, int feature_floats) const;
   // For a model whose paged KV pool lives in its own device memory: how many blocks of
   // block_size positions `prealloc_ratio` of the device's free memory holds now
-  // (--cache-prealloc-ratio). 0 (the default): the pool lives in host memory and the caller
-  // sizes it from the host budget.
-  virtual int64_t device_kv_blocks(int block_size, double prealloc_ratio) const {
+  // (--cache-prealloc-ratio), each with feature_floats feature rows per position as
+  // make_paged_kv_cache would give them. 0 (the default): the pool lives in host memory and
+  // the caller sizes it from the host budget.
+  virtual int64_t device_kv_blocks(int block_size, double prealloc_ratio, int feature_floats) const {
     (void)block_size;
     (void)prealloc_ratio;
+    (void)feature_floats;
     return 0;
   }
   // true when forward, forward_argmax and lm_head run on a device (a GPU): a greedy caller

@@ -37,9 +37,17 @@ void check_batch_items(const std::vector<DraftBatchItem>& items) {
   check_distinct(seqs, "propose_batch");
 }
 
-void check_batch_items(const std::vector<ContextBatchItem>& items) {
+void check_batch_items(const std::vector<ContextBatchItem>& items, bool cache_features) {
   std::vector<DraftSequence*> seqs;
-  for (const ContextBatchItem& it : items) seqs.push_back(it.seq);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ContextBatchItem& it = items[i];
+    if (it.feature_cache && !cache_features)
+      throw Error("commit_context_batch: item " + std::to_string(i) +
+                  " names KV-cache feature rows; this drafter reads captured rows from the host only");
+    if (it.feature_cache && !it.feature_blocks && it.count > 0)
+      throw Error("commit_context_batch: item " + std::to_string(i) + " names KV-cache feature rows without a block table");
+    seqs.push_back(it.seq);
+  }
   check_distinct(seqs, "commit_context_batch");
 }
 

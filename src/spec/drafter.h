@@ -22,6 +22,7 @@
 namespace dsinfer {
 
 class Model;
+class BlockKVCache;
 
 // Per-sequence drafter state (draft context cache etc.). Created by Drafter::start.
 class DraftSequence {
@@ -77,11 +78,19 @@ struct DraftBatchItem {
 };
 
 // One sequence's committed positions in a batched commit (Drafter::commit_context_batch).
+// The captured target rows come from `hidden` (host, [count, layers * hidden] F32) or, for a
+// drafter that reads_cache_features(), from the feature rows of the paged KV cache the
+// target wrote them into (ForwardBatch::capture_to_cache): position feature_first + i is
+// row feature_blocks[(feature_first + i) / block_size] * block_size + (feature_first + i) %
+// block_size of feature_cache (feature_blocks: the sequence's block table, from position 0).
 struct ContextBatchItem {
   DraftSequence* seq = nullptr;
   const int32_t* tokens = nullptr;
   const float* hidden = nullptr;
   int count = 0;
+  const BlockKVCache* feature_cache = nullptr;
+  const int32_t* feature_blocks = nullptr;
+  int feature_first = 0;
 };
 
 class Drafter {
@@ -109,6 +118,9 @@ class Drafter {
   // over the single-sequence calls; block drafters override them.
   virtual std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const;
   virtual void commit_context_batch(const std::vector<ContextBatchItem>& items) const;
+  // true when commit_context_batch reads captured rows from a paged KV cache's feature rows
+  // (the GPU drafter, from its target's device pool); others take host rows only.
+  virtual bool reads_cache_features() const { return false; }
 
   // Drafters that attend to a window of committed context (the block drafters) let the
   // engine move it per sequence (the dynamic drafter window); others refuse.
@@ -136,5 +148,6 @@ std::vector<int> default_target_layer_ids(int num_target_layers, int num_draft_l
 // One-line Error unless every item names its own sequence (and, for proposals, has params
 // and an rng): a sequence twice in one batch would make the result depend on item order.
 void check_batch_items(const std::vector<DraftBatchItem>& items);
-void check_batch_items(const std::vector<ContextBatchItem>& items);
+// cache_features: whether items may name a feature_cache (else a one-line Error).
+void check_batch_items(const std::vector<ContextBatchItem>& items, bool cache_features = false);
 }  // namespace dsinfer

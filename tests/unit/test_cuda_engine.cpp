@@ -116,7 +116,7 @@ TEST(CudaEngine, PagedPoolGivesTheDenseCacheBits) {
     ASSERT_EQ(ref.block, ref.decode) << "verify block == decode rows (dense)";
     for (int bs : {1, 3, 5, 16}) {
       SCOPED_TRACE("block size " + std::to_string(bs) + (graphs ? ", graphs" : ", eager"));
-      auto paged = m->make_paged_kv_cache(bs, 400, 2, 64);
+      auto paged = m->make_paged_kv_cache(bs, 400, 2, 64, 0);
       // Scattered ids: slot 0 even ones descending from 198, slot 1 odd ones ascending.
       std::vector<int32_t> t0, t1;
       for (int i = 0; i < 64 / bs + 1; ++i) {
@@ -158,7 +158,7 @@ TEST(CudaEngine, LayerCaptureInsideGraphsEqualsEager) {
   auto mg = load_qwen3_cuda(kGqaDir);
   auto me = load_qwen3_cuda(kGqaDir, eager_opts);
   auto run = [](Model& m) {
-    auto kv = m.make_paged_kv_cache(4, 64, 2, 64);
+    auto kv = m.make_paged_kv_cache(4, 64, 2, 64, 0);
     std::vector<int32_t> t0, t1;
     for (int i = 0; i < 16; ++i) t0.push_back(i), t1.push_back(63 - i);
     kv->bind(0, t0, 0);
@@ -193,14 +193,14 @@ TEST(CudaEngine, BadPoolSizesAreOneLineErrors) {
   SKIP_WITHOUT_GPU();
   auto m = load_qwen3_cuda(kGqaDir);
   try {
-    m->make_paged_kv_cache(16, int64_t{1} << 40, 4, 64);
+    m->make_paged_kv_cache(16, int64_t{1} << 40, 4, 64, 0);
     FAIL() << "a pool larger than the device was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--kv-blocks"), std::string::npos) << e.what();
   }
-  EXPECT_GT(m->device_kv_blocks(16, 0.01), 0);
-  EXPECT_THROW(m->device_kv_blocks(16, 1.5), Error);
-  auto paged = m->make_paged_kv_cache(4, 8, 2, 32);
+  EXPECT_GT(m->device_kv_blocks(16, 0.01, 0), 0);
+  EXPECT_THROW(m->device_kv_blocks(16, 1.5, 0), Error);
+  auto paged = m->make_paged_kv_cache(4, 8, 2, 32, 0);
   EXPECT_THROW(paged->bind(0, std::vector<int32_t>{8}, 0), Error);      // id outside the pool
   EXPECT_THROW(paged->bind(0, std::vector<int32_t>{1, 2}, 9), Error);   // more than the blocks hold
   EXPECT_THROW(paged->copy_block(0, 9, 4), Error);
@@ -338,6 +338,37 @@ TEST(CudaEngine, GreedyEngineOnGpuEqualsPlainGreedy) {
   o.sps = &sps;
   o.kv_num_blocks = 0;
   expect_engine_lossless(o, "dspark scheduler, roomy pool");
+}
+
+// The drafter's captured target rows kept in the device pool (feature rows written by the
+// forward, gathered by the GPU drafter's commit; nothing through the host) give the same
+// tokens, drafts and acceptance as the host feature store (DSINFER_CUDA_DEVICE_FEATURES=0),
+// through prefix sharing, preemption and copy-on-write.
+TEST(CudaEngine, DeviceFeatureRowsEqualTheHostFeatureStore) {
+  SKIP_WITHOUT_GPU();
+  EngineFixture& f = engine_fixture();
+  if (!f.dspark) GTEST_SKIP() << "shipped DSpark absent";
+  EXPECT_TRUE(f.dspark->reads_cache_features());
+  setenv("DSINFER_CUDA_DEVICE_FEATURES", "0", 1);
+  auto via_host = load_drafter(kRoot + "/dspark", *f.model);
+  unsetenv("DSINFER_CUDA_DEVICE_FEATURES");
+  EXPECT_TRUE(via_host->info().on_device);
+  EXPECT_FALSE(via_host->reads_cache_features());
+  EngineOptions o;
+  o.max_running = 8;
+  o.max_batch_tokens = 96;
+  o.max_model_len = 160;
+  o.kv_block_size = 8;
+  o.kv_num_blocks = 60;
+  o.shard_count = 2;
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  o.drafter = f.dspark.get();
+  const EngineStats dev = expect_engine_lossless(o, "dspark, feature rows in the device pool");
+  o.drafter = via_host.get();
+  const EngineStats host = expect_engine_lossless(o, "dspark, host feature store");
+  EXPECT_EQ(dev.drafted_tokens, host.drafted_tokens);
+  EXPECT_EQ(dev.accepted_draft_tokens, host.accepted_draft_tokens);
+  EXPECT_GT(dev.preemptions + dev.prompt_tokens_cached, 0u);
 }
 
 // Sampled requests through the engine on the GPU: the model samples and rejection-samples on

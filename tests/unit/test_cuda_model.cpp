@@ -81,7 +81,7 @@ constexpr int kDecodePrefix = 5;
 // One sequence's cache in slot 0: dense, or paged over 22 scattered blocks of 3 positions.
 std::unique_ptr<KVCache> decode_cache(Model& m, bool paged) {
   if (!paged) return m.make_kv_cache(1, 64);
-  auto p = m.make_paged_kv_cache(3, 64, 1, 64);
+  auto p = m.make_paged_kv_cache(3, 64, 1, 64, 0);
   std::vector<int32_t> table;
   for (int i = 0; i < 22; ++i) table.push_back(63 - 2 * i);  // scattered, descending
   p->bind(0, table, 0);

@@ -15,7 +15,11 @@
 //    the engine hands it one VerifyRequest per entry and takes (accepted, next token) back;
 //    a host stand-in that runs verify_drafts there gives every request the tokens of the
 //    plain CPU engine (plain, DSpark with its q rows, synthetic acceptance), with greedy
-//    requests in the same steps.
+//    requests in the same steps;
+//  - feature rows in the model's pool (ForwardBatch::capture_to_cache, the drafter reading
+//    ContextBatchItem's cache source, as the CUDA model and GPU drafter do): a stand-in pool
+//    on the host gives the tokens and acceptance of the engine's host feature store, with
+//    prefix sharing, copy-on-write, preemption and defrag.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include "model/block_kv_cache.h"
 #include "model/device_verify.h"
 #include "model/model.h"
+#include "model/paged_kv_cache.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
@@ -50,9 +55,9 @@ class DelegatingDeviceModel : public Model {
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
     return inner_.make_kv_cache(max_slots, max_tokens);
   }
-  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                    int max_tokens) const override {
-    return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
+    return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens, feature_floats);
   }
   bool on_device() const override { return true; }
   void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
@@ -75,12 +80,12 @@ class DelegatingDeviceModel : public Model {
 class DeviceLikeModel final : public DelegatingDeviceModel {
  public:
   using DelegatingDeviceModel::DelegatingDeviceModel;
-  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                    int max_tokens) const override {
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
     ++paged_made;
-    return DelegatingDeviceModel::make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens);
+    return DelegatingDeviceModel::make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens, feature_floats);
   }
-  int64_t device_kv_blocks(int, double) const override { return kDeviceBlocks; }
+  int64_t device_kv_blocks(int, double, int) const override { return kDeviceBlocks; }
   void forward_argmax(KVCache& kv, const ForwardBatch& b, ForwardOutput& out, std::vector<int32_t>& ids) override {
     ++argmax_forwards;
     Model::forward_argmax(kv, b, out, ids);  // the host default: forward(), then argmax per row
@@ -131,6 +136,116 @@ class VerifyingModel final : public DelegatingDeviceModel, public DeviceVerifier
     out.logits.clear();  // as the device model leaves it
   }
   int verify_forwards = 0, requests = 0, with_q = 0;
+};
+
+// A host PagedKVCache with feature rows [blocks][block_size][F] F32 beside it, as the CUDA
+// pool keeps them in device memory; copy_block moves them with the K/V.
+class FeaturePagedKVCache final : public PagedKVCache {
+ public:
+  FeaturePagedKVCache(const ModelConfig& c, int block_size, int64_t num_blocks, int max_slots, int max_tokens, int F,
+                      DType dtype)
+      : PagedKVCache(c.num_hidden_layers, c.num_key_value_heads, c.head_dim, block_size, num_blocks, max_slots,
+                     max_tokens, dtype),
+        plane(static_cast<size_t>(num_blocks) * block_size * F, std::nanf("")) {
+    feature_floats_ = F;
+  }
+  void copy_block(int32_t src, int32_t dst, int n_tokens) override {
+    PagedKVCache::copy_block(src, dst, n_tokens);
+    const size_t row = static_cast<size_t>(feature_floats()), blk = row * static_cast<size_t>(block_size());
+    std::copy_n(plane.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(src) * blk), static_cast<size_t>(n_tokens) * row,
+                plane.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(dst) * blk));
+    ++copies;
+  }
+  float* row(std::span<const int32_t> blocks, int p) {
+    const int bs = block_size();
+    return plane.data() + (static_cast<size_t>(blocks[static_cast<size_t>(p / bs)]) * bs + p % bs) * feature_floats();
+  }
+  std::vector<float> plane;  // NaN until written: a row read before its forward would show
+  int copies = 0;
+};
+
+// A device-like model whose pool keeps the drafter's feature rows when asked: a forward with
+// capture_to_cache writes each new token's captured rows at its (slot, position) and returns
+// none, as the CUDA model's store_feature_rows does.
+class FeaturePoolModel final : public DelegatingDeviceModel {
+ public:
+  using DelegatingDeviceModel::DelegatingDeviceModel;
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
+    if (feature_floats == 0) return inner_.make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens, 0);
+    auto p = std::make_unique<FeaturePagedKVCache>(config(), block_size, num_blocks, max_slots, max_tokens,
+                                                   feature_floats, inner_.kv_dtype());
+    made = p.get();
+    return p;
+  }
+  mutable FeaturePagedKVCache* made = nullptr;
+  void forward(KVCache& kv, const ForwardBatch& b, ForwardOutput& out) override {
+    if (!b.capture_to_cache) return DelegatingDeviceModel::forward(kv, b, out);
+    auto& pool = dynamic_cast<FeaturePagedKVCache&>(kv);
+    std::vector<int> start;
+    for (const ForwardEntry& e : b.entries) start.push_back(pool.length(e.slot));
+    ForwardBatch host = b;
+    host.capture_to_cache = false;
+    DelegatingDeviceModel::forward(kv, host, out);
+    const int F = pool.feature_floats();
+    ASSERT_EQ(static_cast<int>(b.capture_layers.size()) * out.hidden_size, F);
+    size_t r = 0;
+    for (size_t e = 0; e < b.entries.size(); ++e)
+      for (size_t i = 0; i < b.entries[e].tokens.size(); ++i, ++r) {
+        std::copy_n(out.captured.data() + r * F, F, pool.row(pool.blocks(b.entries[e].slot), start[e] + static_cast<int>(i)));
+        ++rows_stored;
+      }
+    out.captured.clear();
+  }
+  int rows_stored = 0;
+};
+
+// A host drafter that reads its captured rows from FeaturePagedKVCache's feature rows
+// (reads_cache_features), as the GPU drafter gathers them from the device pool.
+class PoolReadingDrafter final : public Drafter {
+ public:
+  explicit PoolReadingDrafter(const Drafter& inner) : inner_(inner) {}
+  const DrafterInfo& info() const override { return inner_.info(); }
+  std::unique_ptr<DraftSequence> start() const override { return inner_.start(); }
+  void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const override {
+    inner_.commit_context(seq, tokens, hidden, c);
+  }
+  DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
+                        Rng& rng) const override {
+    return inner_.propose(seq, anchor, max_tokens, params, rng);
+  }
+  std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const override {
+    return inner_.propose_batch(items);
+  }
+  void commit_context_batch(const std::vector<ContextBatchItem>& items) const override {
+    check_batch_items(items, true);
+    std::vector<std::vector<float>> rows(items.size());
+    std::vector<ContextBatchItem> host = items;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const ContextBatchItem& it = items[i];
+      if (!it.feature_cache) continue;
+      auto& pool = const_cast<FeaturePagedKVCache&>(dynamic_cast<const FeaturePagedKVCache&>(*it.feature_cache));
+      const int F = pool.feature_floats();
+      const int nb = (it.feature_first + it.count + pool.block_size() - 1) / pool.block_size();
+      const std::span<const int32_t> table(it.feature_blocks, static_cast<size_t>(nb));
+      for (int p = 0; p < it.count; ++p) {
+        const float* src = pool.row(table, it.feature_first + p);
+        rows[i].insert(rows[i].end(), src, src + F);
+      }
+      rows_read += it.count;
+      host[i].hidden = rows[i].data();
+      host[i].feature_cache = nullptr;
+    }
+    inner_.commit_context_batch(host);
+  }
+  bool reads_cache_features() const override { return true; }
+  bool supports_window() const override { return inner_.supports_window(); }
+  void set_window(DraftSequence& seq, int window) const override { inner_.set_window(seq, window); }
+  void reserve(DraftSequence& seq, int positions) const override { inner_.reserve(seq, positions); }
+  mutable int rows_read = 0;
+
+ private:
+  const Drafter& inner_;
 };
 
 struct Fixture {
@@ -338,4 +453,62 @@ TEST(EngineDeviceModel, GenerateVerifiesThroughTheDeviceVerifier) {
     }
     if (!dspark) break;
   }
+}
+
+// Feature rows kept in the model's pool give every request the tokens, drafts and acceptance
+// of the engine's host feature store, through prefix sharing (each prompt twice),
+// copy-on-write, preemption (a pool too small for every running request) and defrag.
+TEST(EngineDeviceModel, FeatureRowsInTheModelPoolEqualTheHostStore) {
+  if (!have_target() || !std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  auto dspark = load_drafter(kRoot + "/dspark", *f.model);
+  struct Run {
+    std::map<size_t, std::vector<int32_t>> got;
+    EngineStats stats;
+    int rows_stored = 0, rows_read = 0, copies = 0;
+  };
+  auto run = [&](bool in_pool) {
+    FeaturePoolModel m(*f.model);
+    PoolReadingDrafter reading(*dspark);
+    EngineOptions o;
+    o.max_running = 6;
+    o.max_batch_tokens = 64;
+    o.kv_block_size = 8;
+    o.kv_num_blocks = 40;
+    o.shard_count = 1;
+    o.enable_cache_defrag = true;
+    o.drafter = in_pool ? static_cast<const Drafter*>(&reading) : dspark.get();
+    LLMEngine engine(m, o);
+    Run r;
+    for (size_t i = 0; i < 2 * f.prompts.size(); ++i) {
+      EngineRequest req;
+      req.prompt = f.prompts[i % f.prompts.size()];
+      req.stop.max_tokens = 24;
+      req.on_event = [&r, i](const RequestEvent& ev) { r.got[i].insert(r.got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+      engine.submit(std::move(req));
+    }
+    while (engine.step()) {
+    }
+    engine.step();  // idle: defrag
+    r.stats = engine.stats();
+    r.rows_stored = m.rows_stored;
+    r.rows_read = reading.rows_read;
+    r.copies = m.made ? m.made->copies : 0;
+    return r;
+  };
+  const Run host = run(false), pool = run(true);
+  ASSERT_EQ(pool.got.size(), 2 * f.prompts.size());
+  for (size_t i = 0; i < pool.got.size(); ++i) EXPECT_EQ(pool.got.at(i), f.plain[i % f.prompts.size()]) << "request " << i;
+  EXPECT_EQ(pool.got, host.got);
+  EXPECT_EQ(pool.stats.drafted_tokens, host.stats.drafted_tokens);
+  EXPECT_EQ(pool.stats.accepted_draft_tokens, host.stats.accepted_draft_tokens);
+  EXPECT_GT(pool.stats.accepted_draft_tokens, 0u);
+  EXPECT_GT(pool.rows_stored, 0);
+  EXPECT_GT(pool.rows_read, 0);
+  EXPECT_EQ(host.rows_stored, 0);  // the host run kept them in the engine's store
+  EXPECT_EQ(host.rows_read, 0);
+  // The run went through what moves rows: prefix hits, preemption.
+  EXPECT_GT(pool.stats.prompt_tokens_cached, 0u);
+  EXPECT_GT(pool.stats.preemptions, 0u);
+  EXPECT_GT(pool.copies, 0);  // copy-on-write / defrag moves carried feature rows
 }

@@ -9,6 +9,11 @@
 // work follows the commit's on the one stream. So a step's commit + propose costs one
 // synchronisation, not two (DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1 restores a synchronising
 // commit, for A/B runs; the profile mode synchronises too, to time each pass).
+// Captured target rows: from the host (hidden), or, in the batched engine, straight from the
+// target's paged pool (its feature rows, written by the forward on the device): the commit
+// gathers them by block table with one kernel and nothing crosses the PCIe bus
+// (reads_cache_features; DSINFER_CUDA_DEVICE_FEATURES=0 makes the engine keep its host store,
+// for A/B runs).
 #include "backend/cuda/cuda_drafter.h"
 
 #include <algorithm>
@@ -24,6 +29,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_drafter_kernels.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_paged_kv_cache.h"
 #include "backend/cuda/cuda_target.h"
 #include "core/error.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -133,6 +140,7 @@ class CudaDeepSpecDrafter final : public Drafter {
   }
   std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const override;
   void commit_context_batch(const std::vector<ContextBatchItem>& items) const override;
+  bool reads_cache_features() const override { return device_features_; }
   bool supports_window() const override { return true; }
   void set_window(DraftSequence& seq, int window) const override;
   void reserve(DraftSequence& seq, int positions) const override;
@@ -168,6 +176,7 @@ class CudaDeepSpecDrafter final : public Drafter {
   // synchronisation), summed per (call, rows bucket) and printed to stderr at destruction.
   bool profile_ = false;
   bool commit_sync_ = false;             // DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1
+  bool device_features_ = true;          // DSINFER_CUDA_DEVICE_FEATURES=0 turns it off
   cudaEvent_t staged_ = nullptr;         // recorded after a commit's uploads from pinned staging
   mutable bool staged_pending_ = false;  // a commit's uploads may still read the staging buffers
   // Before the host rewrites (or grows) the pinned staging buffers.
@@ -236,6 +245,12 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
     if (v != "0" && v != "1")
       throw Error("DSINFER_CUDA_DRAFTER_COMMIT_SYNC: expected 0 (commit returns once enqueued) or 1, got '" + v + "'");
     commit_sync_ = v == "1";
+  }
+  if (const char* p = std::getenv("DSINFER_CUDA_DEVICE_FEATURES")) {
+    const std::string v = p;
+    if (v != "0" && v != "1")
+      throw Error("DSINFER_CUDA_DEVICE_FEATURES: expected 0 (captured rows through the host) or 1, got '" + v + "'");
+    device_features_ = v == "1";
   }
   window_ = opts.window_size >= 0 ? opts.window_size : cfg.context_window;
   if (D_ > 256 || D_ % 2 != 0)
@@ -423,15 +438,35 @@ void CudaDeepSpecDrafter::reserve(DraftSequence& seq, int positions) const {
 }
 
 void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchItem>& items) const {
-  check_batch_items(items);
+  check_batch_items(items, device_features_);
   int64_t C = 0;
+  // The rows come either all from the host or all from one device pool's feature rows.
+  const BlockKVCache* pool_base = nullptr;
+  bool host_rows = false;
   for (const ContextBatchItem& it : items) {
     if (it.count < 0) throw Error("dflash commit_context: negative position count " + std::to_string(it.count));
-    if (it.count > 0 && !it.hidden) throw Error("dflash commit_context: target hidden states are required (got none)");
+    if (it.count > 0 && !it.hidden && !it.feature_cache)
+      throw Error("dflash commit_context: target hidden states are required (got none)");
+    if (it.count > 0 && it.feature_cache) {
+      if (pool_base && pool_base != it.feature_cache)
+        throw Error("dflash commit_context: items name feature rows of two different KV caches");
+      pool_base = it.feature_cache;
+    } else if (it.count > 0) {
+      host_rows = true;
+    }
     as_seq(*it.seq);
     C += it.count;
   }
   if (C == 0) return;
+  if (pool_base && host_rows)
+    throw Error("dflash commit_context: one batch mixes host rows and KV-cache feature rows");
+  const cuda::CudaPagedKVCache* pool = nullptr;
+  if (pool_base) {
+    pool = dynamic_cast<const cuda::CudaPagedKVCache*>(pool_base);
+    if (!pool || !pool->feature_plane() || pool->feature_floats() != int64_t{m_} * H_)
+      throw Error("dflash commit_context: the KV cache named for feature rows is not a CUDA paged pool with " +
+                  std::to_string(int64_t{m_} * H_) + "-float feature rows");
+  }
   check(C < (1 << 28), "dflash commit_context: too many positions in one call");
   std::lock_guard<std::mutex> lock(mu_);
   const auto t0 = std::chrono::steady_clock::now();
@@ -440,8 +475,8 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   const int64_t H = H_, F = int64_t{m_} * H, NK = int64_t{NKV_} * D_, W = int64_t{L_} * 2 * NK;
   const int n = static_cast<int>(C);
   wait_staging();
-  float* fh = feat_h_.need(C * F);
-  int32_t* mh = meta_h_.need(3 * C);  // pos | cap | store row
+  float* fh = pool ? nullptr : feat_h_.need(C * F);
+  int32_t* mh = meta_h_.need(4 * C);  // pos | cap | store row | feature row in the pool
   unsigned long long* bh = bases_h_.need(C);
   {
     int64_t r = 0;
@@ -449,26 +484,35 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
       if (it.count == 0) continue;
       CudaDraftSeq& s = as_seq(*it.seq);
       ensure_capacity(s, s.length - s.store_first + it.count + bs_);
-      std::memcpy(fh + r * F, it.hidden, static_cast<size_t>(it.count) * F * sizeof(float));
+      if (!pool) std::memcpy(fh + r * F, it.hidden, static_cast<size_t>(it.count) * F * sizeof(float));
       for (int i = 0; i < it.count; ++i) {
         mh[r + i] = s.length + i;
         mh[C + r + i] = s.cap;
         mh[2 * C + r + i] = s.length - s.store_first + i;
         bh[r + i] = reinterpret_cast<unsigned long long>(s.buf);
+        if (pool) {
+          const int p = it.feature_first + i, pbs = pool->block_size();
+          const int32_t b = it.feature_blocks[p / pbs];
+          if (b < 0 || b >= pool->num_blocks())
+            throw Error("dflash commit_context: feature block id " + std::to_string(b) + " outside the pool");
+          mh[3 * C + r + i] = b * pbs + p % pbs;
+        }
       }
       r += it.count;
     }
   }
-  float* feat = feat_.need(C * F);
-  int32_t* meta = meta_.need(3 * C);
+  int32_t* meta = meta_.need(4 * C);
   unsigned long long* bases = bases_.need(C);
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(feat, fh, C * F * sizeof(float), cudaMemcpyHostToDevice, st));
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, 3 * C * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+  float* feat = pool ? nullptr : feat_.need(C * F);
+  if (!pool) DSINFER_CUDA_CHECK(cudaMemcpyAsync(feat, fh, C * F * sizeof(float), cudaMemcpyHostToDevice, st));
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, (pool ? 4 : 3) * C * sizeof(int32_t), cudaMemcpyHostToDevice, st));
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, C * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
   DSINFER_CUDA_CHECK(cudaEventRecord(staged_, st));
   staged_pending_ = true;
   bf16* fb = feat_bf_.need(C * F);
-  f32_to_bf16_n(feat, C * F, fb, st);
+  // Host rows are rounded here; the pool's rows were rounded the same way when stored.
+  if (pool) gather_feature_rows(pool->feature_plane(), F, meta + 3 * C, n, fb, st);
+  else f32_to_bf16_n(feat, C * F, fb, st);
   // ctx = fc(features); hidden_norm(ctx) is fused into the k|v GEMM of every layer at once.
   float* ctx = ctx_.need(C * H);
   gemm_->run(GemmInput::bf16_rows(fb, F), fc_, H_, static_cast<int>(F), ctx, H, n, false, nullptr, st);

@@ -178,6 +178,28 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16*
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+// One block per row; the row's F floats in order (the rounding is per element).
+__global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t F, const int32_t* __restrict__ pos,
+                                          const int32_t* __restrict__ slot, const int32_t* __restrict__ table,
+                                          int table_stride, int block_size, bf16* __restrict__ plane) {
+  const int r = blockIdx.x;
+  const int s = slot[r];
+  if (s < 0) return;
+  const int p = pos[r];
+  const int64_t row = static_cast<int64_t>(table[static_cast<int64_t>(s) * table_stride + p / block_size]) * block_size +
+                      p % block_size;
+  const float* x = src + static_cast<int64_t>(r) * F;
+  bf16* y = plane + row * F;
+  for (int64_t i = threadIdx.x; i < F; i += blockDim.x) y[i] = __float2bfloat16(x[i]);
+}
+
+__global__ void gather_feature_rows_kernel(const bf16* __restrict__ plane, int64_t F, const int32_t* __restrict__ src_rows,
+                                           bf16* __restrict__ dst) {
+  const bf16* x = plane + static_cast<int64_t>(src_rows[blockIdx.x]) * F;
+  bf16* y = dst + static_cast<int64_t>(blockIdx.x) * F;
+  for (int64_t i = threadIdx.x; i < F; i += blockDim.x) y[i] = x[i];
+}
+
 }  // namespace
 
 void embed_rows(const bf16* table, int64_t H, const int32_t* tokens, int T, float* x, cudaStream_t stream) {
@@ -261,6 +283,19 @@ void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream) {
   if (n <= 0) return;
   f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, y);
   DSINFER_CUDA_LAUNCHED("f32_to_bf16_kernel");
+}
+
+void store_feature_rows(const float* src, int rows, int64_t F, const int32_t* pos, const int32_t* slot,
+                        const int32_t* table, int table_stride, int block_size, bf16* plane, cudaStream_t stream) {
+  if (rows <= 0 || F <= 0) return;
+  store_feature_rows_kernel<<<rows, 256, 0, stream>>>(src, F, pos, slot, table, table_stride, block_size, plane);
+  DSINFER_CUDA_LAUNCHED("store_feature_rows_kernel");
+}
+
+void gather_feature_rows(const bf16* plane, int64_t F, const int32_t* src_rows, int n, bf16* dst, cudaStream_t stream) {
+  if (n <= 0 || F <= 0) return;
+  gather_feature_rows_kernel<<<n, 256, 0, stream>>>(plane, F, src_rows, dst);
+  DSINFER_CUDA_LAUNCHED("gather_feature_rows_kernel");
 }
 
 }  // namespace dsinfer::cuda

@@ -127,4 +127,14 @@ void argmax_keys_rows(const float* logits, int64_t ld, int rows, int V, unsigned
 // Host helpers for tests and the model: F32 <-> BF16 on the device.
 void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream);
 
+// The paged pool's drafter feature rows (cuda_paged_kv_cache.h), [blocks][block_size][F]
+// BF16. Store: row r of src [rows, F] (a forward's captured layers) goes, rounded as
+// f32_to_bf16_n, to position pos[r] of slot slot[r] through the block table (row
+// table[slot * table_stride + pos / block_size] * block_size + pos % block_size); rows with
+// slot < 0 (graph padding) are skipped.
+void store_feature_rows(const float* src, int rows, int64_t F, const int32_t* pos, const int32_t* slot,
+                        const int32_t* table, int table_stride, int block_size, bf16* plane, cudaStream_t stream);
+// Gather: dst[i, :] = plane row src_rows[i] (block * block_size + offset), for i < n.
+void gather_feature_rows(const bf16* plane, int64_t F, const int32_t* src_rows, int n, bf16* dst, cudaStream_t stream);
+
 }  // namespace dsinfer::cuda

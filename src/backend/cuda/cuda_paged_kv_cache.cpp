@@ -13,13 +13,15 @@
 namespace dsinfer::cuda {
 
 CudaPagedKVCache::CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks,
-                                   int max_slots, int max_tokens)
+                                   int max_slots, int max_tokens, int feature_floats)
     : BlockKVCache("CUDA paged KV cache", block_size, num_blocks, max_slots, max_tokens),
       n_layers_(n_layers),
       n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
       uid_(next_kv_storage_uid()) {
   check(n_layers >= 1 && n_kv_heads >= 1 && head_dim >= 1, "CUDA paged KV cache: empty layer geometry");
+  check(feature_floats >= 0, "CUDA paged KV cache: negative feature row width");
+  feature_floats_ = feature_floats;
   block_stride_ = static_cast<int64_t>(n_kv_heads) * block_size * head_dim;
   table_stride_ = (max_tokens + block_size - 1) / block_size;
   const size_t bytes = static_cast<size_t>(n_layers) * static_cast<size_t>(num_blocks) * block_stride_ * sizeof(bf16);
@@ -27,6 +29,7 @@ CudaPagedKVCache::CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, i
   auto release = [&] {
     cudaFree(k_);
     cudaFree(v_);
+    cudaFree(feat_);
     cudaFree(table_dev_);
     cudaFreeHost(table_host_);
   };
@@ -35,6 +38,16 @@ CudaPagedKVCache::CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, i
     if (e != cudaSuccess) {
       release();
       throw Error("CUDA paged KV cache: cannot allocate " + std::to_string(bytes >> 20) + " MiB for " + what + " (" +
+                  std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+                  " tokens; lower --kv-blocks or --cache-prealloc-ratio): " + cudaGetErrorString(e));
+    }
+  }
+  if (feature_floats > 0) {
+    const size_t fbytes = static_cast<size_t>(num_blocks) * block_size * feature_floats * sizeof(bf16);
+    const cudaError_t e = cudaMalloc(&feat_, fbytes);
+    if (e != cudaSuccess) {
+      release();
+      throw Error("CUDA paged KV cache: cannot allocate " + std::to_string(fbytes >> 20) + " MiB for drafter feature rows (" +
                   std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
                   " tokens; lower --kv-blocks or --cache-prealloc-ratio): " + cudaGetErrorString(e));
     }
@@ -51,6 +64,7 @@ CudaPagedKVCache::CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, i
 CudaPagedKVCache::~CudaPagedKVCache() {
   cudaFree(k_);
   cudaFree(v_);
+  cudaFree(feat_);
   cudaFree(table_dev_);
   cudaFreeHost(table_host_);
 }
@@ -78,6 +92,12 @@ void CudaPagedKVCache::copy_block(int32_t src, int32_t dst, int n_tokens) {
       DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(layer + dst * block_stride_, pitch, layer + src * block_stride_, pitch, width,
                                            n_kv_heads_, cudaMemcpyDeviceToDevice, nullptr));
     }
+  if (feat_) {
+    const size_t row = static_cast<size_t>(feature_floats_) * sizeof(bf16), per_block = row * block_size();
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(feat_) + dst * per_block,
+                                       reinterpret_cast<const char*>(feat_) + src * per_block, n_tokens * row,
+                                       cudaMemcpyDeviceToDevice, nullptr));
+  }
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 

@@ -13,6 +13,11 @@
 // rows and causal verify blocks alike. copy_block (copy-on-write, compaction moves) copies
 // the block's first n rows of every (layer, K/V, head) on the device. Lengths live on the
 // host; truncate() (speculation rollback) only moves a length.
+// Feature rows (feature_floats F > 0, asked for by an engine whose drafter runs on this
+// device): [num_blocks][block_size][F] BF16 beside the K/V, one row per position, written by
+// forwards with capture_to_cache (store_feature_rows, through the same tables) and read by
+// the GPU drafter's commit (gather_feature_rows), so a drafter's captured target rows never
+// cross to the host; copy_block moves them with the K/V.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,7 +33,7 @@ namespace dsinfer::cuda {
 class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
  public:
   CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, int block_size, int64_t num_blocks, int max_slots,
-                   int max_tokens);
+                   int max_tokens, int feature_floats);
   ~CudaPagedKVCache() override;
   CudaPagedKVCache(const CudaPagedKVCache&) = delete;
   CudaPagedKVCache& operator=(const CudaPagedKVCache&) = delete;
@@ -45,10 +50,16 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   void set_length(int slot, int len) override { BlockKVCache::set_length(slot, len); }
   void upload(cudaStream_t stream) override;
 
-  // Device bytes of one block (K and V, all layers).
-  static uint64_t bytes_per_block(int n_layers, int n_kv_heads, int head_dim, int block_size) {
-    return 2ull * n_layers * n_kv_heads * static_cast<uint64_t>(block_size) * head_dim * sizeof(bf16);
+  // Device bytes of one block (K and V, all layers; feature rows).
+  static uint64_t bytes_per_block(int n_layers, int n_kv_heads, int head_dim, int block_size, int feature_floats) {
+    return (2ull * n_layers * n_kv_heads * head_dim + static_cast<uint64_t>(feature_floats)) *
+           static_cast<uint64_t>(block_size) * sizeof(bf16);
   }
+  // Feature rows [num_blocks][block_size][feature_floats()] (nullptr without them).
+  bf16* feature_plane() const { return feat_; }
+  // The device block tables [max_slots][table_stride()] as of the last upload().
+  const int32_t* device_tables() const { return table_dev_; }
+  int table_stride() const { return table_stride_; }
 
  private:
   // bind's table into the pinned mirror (uploaded by the next forward).
@@ -59,6 +70,7 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   uint64_t uid_;
   bf16* k_ = nullptr;
   bf16* v_ = nullptr;
+  bf16* feat_ = nullptr;
   int32_t* table_dev_ = nullptr;
   int32_t* table_host_ = nullptr;  // pinned mirror
   bool tables_dirty_ = true;

@@ -9,7 +9,10 @@
 // one gate|up GEMM (rows interleaved) + SwiGLU -> down GEMM added into x] -> final RMSNorm +
 // LM head over the wanted rows -> (argmax). "+" marks what runs fused in one GEMM launch
 // (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
-// and captured layer outputs only when asked.
+// and captured layer outputs only when asked. With capture_to_cache (the batched engine with
+// the GPU drafter) the captured rows stay on the device instead: one kernel after the
+// forward stores them, BF16, in the paged pool's feature rows at each row's position
+// (cuda_paged_kv_cache.h), where the drafter's commit gathers them.
 //
 // Persistent decode (cuda_persistent_decode.h): a call of exactly one row (batch-1 decode)
 // runs the whole forward as one kernel instead of the six launches per layer, with the same
@@ -113,9 +116,10 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
 
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
-  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                    int max_tokens) const override;
-  int64_t device_kv_blocks(int block_size, double prealloc_ratio) const override;
+  // With feature_floats > 0 the pool keeps the drafter's feature rows too (device memory).
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override;
+  int64_t device_kv_blocks(int block_size, double prealloc_ratio, int feature_floats) const override;
   bool on_device() const override { return true; }
   // The checkpoint's embedding / LM head as host views (mapped, never copied): a drafter
   // whose frozen copies are bit-identical shares them (and runs its head through lm_head()).
@@ -589,14 +593,14 @@ std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_to
                                        max_tokens);
 }
 
-int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio) const {
+int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio, int feature_floats) const {
   check(block_size >= 1, "--kv-block-size: must be >= 1 (got " + std::to_string(block_size) + ")");
   check(prealloc_ratio > 0.0 && prealloc_ratio <= 1.0,
         "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(prealloc_ratio) + ")");
   size_t free_b = 0, total_b = 0;
   DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
-                                                               cfg_.head_dim, block_size);
+                                                               cfg_.head_dim, block_size, std::max(feature_floats, 0));
   const int64_t blocks = static_cast<int64_t>(std::floor(prealloc_ratio * static_cast<double>(free_b) / per_block));
   check(blocks >= 1, "--cache-prealloc-ratio " + std::to_string(prealloc_ratio) + ": no room for one KV block in the " +
                          std::to_string(free_b >> 20) + " MiB free on the device");
@@ -604,19 +608,20 @@ int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio) 
 }
 
 std::unique_ptr<BlockKVCache> CudaQwen3Model::make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
-                                                                  int max_tokens) const {
+                                                                  int max_tokens, int feature_floats) const {
   check(block_size >= 1 && num_blocks >= 1, "CUDA paged KV cache: block_size and num_blocks must be >= 1");
+  check(feature_floats >= 0, "CUDA paged KV cache: negative feature row width");
   size_t free_b = 0, total_b = 0;
   DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   const uint64_t per_block = CudaPagedKVCache::bytes_per_block(cfg_.num_hidden_layers, cfg_.num_key_value_heads,
-                                                               cfg_.head_dim, block_size);
+                                                               cfg_.head_dim, block_size, feature_floats);
   const long double need = static_cast<long double>(per_block) * num_blocks;
   if (need > static_cast<long double>(free_b))
     throw Error("--kv-blocks: " + std::to_string(num_blocks) + " KV blocks of " + std::to_string(block_size) +
                 " tokens need " + std::to_string(static_cast<uint64_t>(need) >> 20) + " MiB, more than the " +
                 std::to_string(free_b >> 20) + " MiB free on the device");
   return std::make_unique<CudaPagedKVCache>(cfg_.num_hidden_layers, cfg_.num_key_value_heads, cfg_.head_dim, block_size,
-                                            num_blocks, max_slots, max_tokens);
+                                            num_blocks, max_slots, max_tokens, feature_floats);
 }
 
 void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
@@ -862,6 +867,15 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     if (c < -1 || c >= L) throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   check(T < (1 << 30), "forward: too many rows in one batch");
+  // capture_to_cache: the captured rows go to the paged pool's feature rows, not the host.
+  CudaPagedKVCache* feature_pool = nullptr;
+  if (batch.capture_to_cache && n_cap > 0) {
+    feature_pool = dynamic_cast<CudaPagedKVCache*>(&kv_base);
+    if (!feature_pool || feature_pool->feature_floats() != n_cap * H)
+      throw Error("forward: capture_to_cache needs a paged KV cache with feature rows of " + std::to_string(n_cap * H) +
+                  " floats (" + std::to_string(n_cap) + " captured layers x hidden " + std::to_string(H) + "), got " +
+                  std::to_string(feature_pool ? feature_pool->feature_floats() : 0));
+  }
 
   // Verify requests: checked before the cache is touched too.
   if (reqs) {
@@ -882,7 +896,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
   out.vocab_size = V;
   out.hidden_size = static_cast<int>(H);
-  out.captured.resize(static_cast<size_t>(T * n_cap * H));
+  out.captured.resize(feature_pool ? 0 : static_cast<size_t>(T * n_cap * H));
   if (ids || reqs) {
     if (ids) ids->clear();
     out.logits.clear();
@@ -958,6 +972,10 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   } else {
     enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr || reqs != nullptr);
   }
+  if (feature_pool)  // after the graph: its rows (padding has slot -1) through the tables uploaded above
+    store_feature_rows(cap_, static_cast<int>(T), n_cap * H, meta_ + cap_rows_, meta_ + 2 * cap_rows_,
+                       feature_pool->device_tables(), feature_pool->table_stride(), feature_pool->block_size(),
+                       feature_pool->feature_plane(), stream_);
   if (reqs && n_logits > 0) enqueue_verify(batch, *reqs);
 
   // ---- results back: ids or logit rows, and captured layers -----------------------------
@@ -968,7 +986,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, n_logits * V * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
   }
-  if (n_cap > 0)
+  if (n_cap > 0 && !feature_pool)
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.captured.data(), cap_, T * n_cap * H * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
