@@ -700,10 +700,20 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     }
   }
   for (size_t j = static_cast<size_t>(k); j < order.size(); ++j) yes[static_cast<size_t>(order[j])] = false;
+  if (k > 0) {
+    chosen_since_probe_ = true;
+    probe_backoff_ = 1;
+  }
   bool probed = false;
   // Re-probe pacing: one probe costs its share of the drafter pass (one more request in it),
   // the whole commit of its pending rows (a probe that finds drafting does not pay has
-  // bought nothing with it) and a verify block.
+  // bought nothing with it) and a verify block. Probes that keep finding that (nobody chosen
+  // on merit after them) back off: each waits twice as long as the last, up to
+  // kMaxProbeBackoff gaps. Where drafting cannot pay at this load (the H200 from
+  // concurrency 16 up with the embedded models) the probes were most of what dspark cost
+  // against plain decoding (2 % of a step at C = 16); a request whose estimate is stale
+  // still regresses to the population's, and one chosen on merit resets the pace.
+  constexpr uint64_t kMaxProbeBackoff = 16;
   if (k < static_cast<int>(order.size())) {
     size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
     for (size_t j = static_cast<size_t>(k); j < order.size(); ++j)
@@ -711,8 +721,10 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     const double t_step = t_verify(R);
     const double t_probe = draft_ms(k + 1) - draft_ms(k) + commit_ms(dec[pick]->pending_tokens.size()) +
                            std::max(0.0, t_verify(R + max_drafts_) - t_step);
-    const uint64_t probe_gap = static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
+    const uint64_t probe_gap = probe_backoff_ * static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
     if (choice_clock_ >= last_probe_ + probe_gap) {
+      if (last_probe_ > 0 && !chosen_since_probe_) probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
+      chosen_since_probe_ = false;
       yes[pick] = true;
       last_probe_ = choice_clock_;
       probed = true;
@@ -791,6 +803,8 @@ bool LLMEngine::step() {
     lookup_stats_ = LookupStats{};
     pop_yield_ = DrafterYield{};
     choice_clock_ = last_probe_ = 0;
+    probe_backoff_ = 1;
+    chosen_since_probe_ = false;
     defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = 0;

@@ -381,6 +381,11 @@ class LLMEngine {
   LookupStats lookup_stats_;
   DrafterYield pop_yield_;
   uint64_t choice_clock_ = 0, last_probe_ = 0;
+  // Re-probe back-off: the gap is multiplied by probe_backoff_, which doubles (up to 16) at
+  // each probe when nobody was chosen on merit since the previous one, and returns to 1 when
+  // someone is.
+  uint64_t probe_backoff_ = 1;
+  bool chosen_since_probe_ = false;
   std::unique_ptr<DraftWorker> draft_worker_;  // async prefetch: the drafter's thread (lazy)
 
   mutable std::mutex mu_;  // inbox, cancellations, stats snapshot

@@ -559,6 +559,68 @@ TEST(CudaDrafter, DFlashOnGpuAgreesWithTheHostDrafter) {
   expect_gpu_drafter_agrees(kRoot + "/dflash");
 }
 
+// The greedy propose pass replays a CUDA graph from the second pass of a shape on: the same
+// drafts and confidence logits, bit for bit, as passes launched kernel by kernel
+// (DSINFER_CUDA_DRAFTER_GRAPHS=0), over passes of one shape (capture, then replays) and of
+// others, with context committed in between.
+TEST(CudaDrafter, GraphReplayGivesTheEagerDrafts) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";
+  EngineFixture& f = engine_fixture();
+  auto graphed = load_drafter(kRoot + "/dspark", *f.model);
+  setenv("DSINFER_CUDA_DRAFTER_GRAPHS", "0", 1);
+  auto eager = load_drafter(kRoot + "/dspark", *f.model);
+  unsetenv("DSINFER_CUDA_DRAFTER_GRAPHS");
+  const int N = 3;
+  struct Side {
+    const Drafter* d;
+    std::vector<std::unique_ptr<DraftSequence>> seqs;
+    std::vector<DraftProposal> props;
+  };
+  Side sides[2] = {{graphed.get(), {}, {}}, {eager.get(), {}, {}}};
+  std::vector<std::vector<int32_t>> toks;
+  std::vector<std::vector<float>> rows;
+  const int64_t F = static_cast<int64_t>(graphed->info().target_layer_ids.size()) * f.model->config().hidden_size;
+  for (int i = 0; i < N; ++i) {
+    std::vector<int32_t> t = f.cases[i].prompt;
+    t.insert(t.end(), f.cases[i].plain.begin(), f.cases[i].plain.end());
+    toks.push_back(t);
+    rows.push_back(captured_rows(*f.model, t, graphed->info().target_layer_ids));
+  }
+  for (Side& s : sides)
+    for (int i = 0; i < N; ++i) {
+      s.seqs.push_back(s.d->start());
+      s.d->commit_context(*s.seqs.back(), toks[i].data(), rows[i].data(), static_cast<int>(f.cases[i].prompt.size()));
+    }
+  const SamplingParams greedy;
+  std::vector<Rng> rngs(N, Rng(1));
+  for (int pass = 0; pass < 6; ++pass) {
+    const int R = pass < 4 ? N : 1;  // four passes of one shape (eager, capture, replays), then another
+    std::vector<std::vector<DraftProposal>> got(2);
+    for (int side = 0; side < 2; ++side) {
+      Side& s = sides[side];
+      std::vector<DraftBatchItem> items;
+      for (int i = 0; i < R; ++i) {
+        const int c = s.seqs[i]->context_length();
+        items.push_back({s.seqs[i].get(), toks[i][static_cast<size_t>(c)], 8, &greedy, &rngs[i]});
+      }
+      got[side] = s.d->propose_batch(items);
+      // One more committed position per sequence before the next pass.
+      std::vector<ContextBatchItem> commit;
+      for (int i = 0; i < R; ++i) {
+        const int c = s.seqs[i]->context_length();
+        commit.push_back({s.seqs[i].get(), toks[i].data() + c, rows[i].data() + c * F, 1});
+      }
+      s.d->commit_context_batch(commit);
+    }
+    for (int i = 0; i < R; ++i) {
+      EXPECT_EQ(got[0][i].tokens, got[1][i].tokens) << "pass " << pass << ", item " << i;
+      EXPECT_EQ(got[0][i].confidence_logits, got[1][i].confidence_logits) << "pass " << pass << ", item " << i;
+      EXPECT_FALSE(got[0][i].tokens.empty());
+    }
+  }
+}
+
 TEST(CudaDrafter, DraftsAreBatchInvariantAndSampledItemsCarryQ) {
   SKIP_WITHOUT_GPU();
   if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";

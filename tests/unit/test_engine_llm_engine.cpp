@@ -427,6 +427,48 @@ TEST(LLMEngine, DSparkDraftingChoiceDraftsTogetherWhenThePassCostIsFlat) {
       << st.verify_entries << " request-steps, " << st.choice_closed << " of " << st.choice_steps << " steps closed)";
 }
 
+TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
+  // Drafting could pay here if every draft were accepted (so the choice stays open and
+  // re-probes), but not at the acceptance the drafter really has: a step costs 2 ms +
+  // 0.01 ms per verified token and a pass 0.9 ms per request. With 16 requests running,
+  // plain gives 16 / 2.16 ms; all drafting with 8 accepted drafts each, 144 / 17.8 ms (wins
+  // barely); at the ~3-5 tokens the embedded drafter commits per block, nothing wins. A
+  // probe then costs about 0.98 ms, so the pacing rule (3 % of a step) gives one every 16
+  // steps; probes that keep finding nothing worth drafting must space out beyond that (each
+  // gap doubles, up to 16x). Lossless throughout.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  const SpsTable sps = linear_sps(2.0, 0.01);
+  EngineOptions o = dspark_options(16, 512);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 0.9;
+  LLMEngine engine(*f.model, o);
+  std::map<size_t, std::vector<int32_t>> got;
+  const size_t n = std::min<size_t>(16, f.cases.size());
+  constexpr int kTokens = 300;
+  for (size_t i = 0; i < n; ++i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = kTokens;
+    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  StopConditions stop;
+  stop.max_tokens = kTokens;
+  for (size_t i = 0; i < n; ++i)
+    EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << "request " << i;
+  const EngineStats st = engine.stats();
+  std::printf("choice: %llu steps, %llu closed, %llu chosen, %llu probes\n",
+              static_cast<unsigned long long>(st.choice_steps), static_cast<unsigned long long>(st.choice_closed),
+              static_cast<unsigned long long>(st.choice_chosen), static_cast<unsigned long long>(st.choice_probes));
+  EXPECT_EQ(st.choice_closed, 0u) << "the choice should stay open (drafting could pay at full acceptance)";
+  EXPECT_GT(st.choice_probes, 1u);
+  EXPECT_LT(st.choice_probes * 16 * 2, st.choice_steps) << "re-probes did not back off";
+  EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
+}
+
 TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   // The drafting choice keeps a population estimate across requests; it is reset when the
   // engine goes idle, so the same seeded sampled request run alone twice gives the same

@@ -14,6 +14,10 @@
 // gathers them by block table with one kernel and nothing crosses the PCIe bus
 // (reads_cache_features; DSINFER_CUDA_DEVICE_FEATURES=0 makes the engine keep its host store,
 // for A/B runs).
+// CUDA graphs: a greedy pass with the device heads (the vanilla Markov head) is one graph per
+// (items, drafted positions), captured at the second pass of that shape and replayed after
+// (meta uploads, ~35 kernels and the id/confidence copies back in one launch); every
+// per-sequence address travels in the uploaded meta, so a replay serves any sequences.
 #include "backend/cuda/cuda_drafter.h"
 
 #include <algorithm>
@@ -177,6 +181,19 @@ class CudaDeepSpecDrafter final : public Drafter {
   bool profile_ = false;
   bool commit_sync_ = false;             // DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1
   bool device_features_ = true;          // DSINFER_CUDA_DEVICE_FEATURES=0 turns it off
+  // CUDA graphs of the greedy device-head propose pass, per (items, drafted positions): the
+  // second pass of a shape is captured, later ones replay it (one launch instead of ~35).
+  // Workspaces are grow-only and graphs bake their addresses in, so any growth (g_growths)
+  // drops them all. Off with the target's --cuda-graphs off or DSINFER_CUDA_DRAFTER_GRAPHS=0.
+  bool use_graphs_ = true;
+  mutable std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
+  mutable std::map<std::pair<int, int>, int> graph_seen_;
+  mutable int64_t graphs_growths_ = -1;
+  void drop_graphs() const {
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+    graph_seen_.clear();
+  }
   cudaEvent_t staged_ = nullptr;         // recorded after a commit's uploads from pinned staging
   mutable bool staged_pending_ = false;  // a commit's uploads may still read the staging buffers
   // Before the host rewrites (or grows) the pinned staging buffers.
@@ -245,6 +262,13 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
     if (v != "0" && v != "1")
       throw Error("DSINFER_CUDA_DRAFTER_COMMIT_SYNC: expected 0 (commit returns once enqueued) or 1, got '" + v + "'");
     commit_sync_ = v == "1";
+  }
+  use_graphs_ = ct.graphs_enabled();
+  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_GRAPHS")) {
+    const std::string v = p;
+    if (v != "0" && v != "1")
+      throw Error("DSINFER_CUDA_DRAFTER_GRAPHS: expected 0 (propose passes launch kernel by kernel) or 1, got '" + v + "'");
+    use_graphs_ = use_graphs_ && v == "1";
   }
   if (const char* p = std::getenv("DSINFER_CUDA_DEVICE_FEATURES")) {
     const std::string v = p;
@@ -355,6 +379,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
 
 CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
   if (stream_ && stream_->s) cudaStreamSynchronize(stream_->s);
+  drop_graphs();
   if (staged_) cudaEventDestroy(staged_);
   if (!prof_.empty()) {
     std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_PROFILE (wall ms per pass, by batch size rounded up to a power of two; (grew): passes that grew a workspace):\n");
@@ -597,8 +622,6 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     for (int i = 0; i < R; ++i) lr[k * R + i] = i * bs_ + k;
   int32_t* meta = meta_.need(nm);
   unsigned long long* bases = bases_.need(T + R);
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, nm * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, (T + R) * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
   const int32_t *d_tok = meta, *d_pos = meta + T, *d_item = meta + 4 * T, *d_cap_it = meta + 5 * T;
   const int32_t *d_kb = d_cap_it + R, *d_nk = d_kb + R, *d_anc = d_nk + R, *d_lr = d_anc + R;
   const DraftRowDst dst{bases, meta + 2 * T, meta + 3 * T};
@@ -612,38 +635,50 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
   bf16* act = act_.need(int64_t{T} * I);
   float* gu = gu_.need(int64_t{T} * 2 * I);
   bf16* hb = hb_.need(int64_t{std::max(T, NL)} * std::max<int64_t>(H, NQ));
-  embed_rows(embed_, H, d_tok, T, x, st);
-  rope_table(inv_freq_, D_ / 2, d_pos, T, attention_factor_, cs, sn, st);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  for (int l = 0; l < L_; ++l) {
-    const DraftLayer& W = layers_[l];
-    gemm_->run(GemmInput::rmsnorm_rows(x, H, W.in_norm, eps_), W.qkv, static_cast<int>(NQKV), H_, qkv, NQKV, T, false,
-               hb, st);
-    if (W.qkv_bias) add_bias_rows(qkv, NQKV, T, static_cast<int>(NQKV), W.qkv_bias, st);
-    draft_qkv_store(qkv, NQKV, T, 1, 0, l, NH_, NKV_, D_, L_, q_norm_all_, k_norm_all_, eps_, cs, sn, dst, q, st);
-    draft_block_attention(q, T, d_item, bases + T, d_cap_it, d_kb, d_nk, l, L_, NH_, NKV_, D_, scale, attb, st);
-    gemm_->run(GemmInput::bf16_rows(attb, NQ), W.o, H_, static_cast<int>(NQ), x, H, T, true, nullptr, st);
-    if (W.o_bias) add_bias_rows(x, H, T, H_, W.o_bias, st);
-    gemm_->run_silu(GemmInput::rmsnorm_rows(x, H, W.post_norm, eps_), W.gu, 2 * I_, H_, act, I, T, gu, hb, st);
-    gemm_->run(GemmInput::bf16_rows(act, I), W.down, H_, I_, x, H, T, true, nullptr, st);
-  }
-  // Base logits of the drafted rows, the final norm fused into the LM head GEMM.
   float* logits = logits_.need(int64_t{NL} * V_);
   // Greedy items take the device heads (vanilla Markov head or none); sampled items, and
   // every item of a gated/rnn head, the host heads. Which path an item takes depends on
   // that item alone, so its drafts never depend on the rest of the batch.
   const bool device_heads = !markov_ || vanilla_;
   unsigned long long* keys = keys_.need(NL);
-  if (device_heads) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys, 0, NL * sizeof(unsigned long long), st));
-  gemm_->run(GemmInput::rmsnorm_rows(x, H, final_norm_, eps_, d_lr), head_, V_, H_, logits, V_, NL, false, hb, st,
-             device_heads && !markov_ ? keys : nullptr);
-  std::vector<DraftProposal> props(items.size());
-  if (!device_heads || !greedy) host_heads(items, ns, R, max_n, props);  // before the Markov GEMMs add into logits
-  if (device_heads) {
-    float* hdot = conf_ ? hdot_.need(NL) : nullptr;
-    float* z = conf_ ? z_.need(NL) : nullptr;
-    int32_t* ids = ids_.need(NL);
-    bf16* e = markov_ ? e_.need(int64_t{R} * rank_) : nullptr;
+  float* hdot = device_heads && conf_ ? hdot_.need(NL) : nullptr;
+  float* z = device_heads && conf_ ? z_.need(NL) : nullptr;
+  int32_t* ids = device_heads ? ids_.need(NL) : nullptr;
+  bf16* e = device_heads && markov_ ? e_.need(int64_t{R} * rank_) : nullptr;
+  int32_t* ih = device_heads ? ids_h_.need(NL) : nullptr;
+  float* zh = device_heads && conf_ ? z_h_.need(NL) : nullptr;
+  // The pass as one CUDA graph when only the device heads run (every buffer above is
+  // sized now, so a capture never grows one).
+  const bool graph = use_graphs_ && device_heads && greedy && !profile_;
+  if (graph && g_growths.load() != graphs_growths_) {
+    drop_graphs();
+    graphs_growths_ = g_growths.load();
+  }
+  auto enqueue_front = [&] {
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, nm * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, (T + R) * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
+    embed_rows(embed_, H, d_tok, T, x, st);
+    rope_table(inv_freq_, D_ / 2, d_pos, T, attention_factor_, cs, sn, st);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    for (int l = 0; l < L_; ++l) {
+      const DraftLayer& W = layers_[l];
+      gemm_->run(GemmInput::rmsnorm_rows(x, H, W.in_norm, eps_), W.qkv, static_cast<int>(NQKV), H_, qkv, NQKV, T, false,
+                 hb, st);
+      if (W.qkv_bias) add_bias_rows(qkv, NQKV, T, static_cast<int>(NQKV), W.qkv_bias, st);
+      draft_qkv_store(qkv, NQKV, T, 1, 0, l, NH_, NKV_, D_, L_, q_norm_all_, k_norm_all_, eps_, cs, sn, dst, q, st);
+      draft_block_attention(q, T, d_item, bases + T, d_cap_it, d_kb, d_nk, l, L_, NH_, NKV_, D_, scale, attb, st);
+      gemm_->run(GemmInput::bf16_rows(attb, NQ), W.o, H_, static_cast<int>(NQ), x, H, T, true, nullptr, st);
+      if (W.o_bias) add_bias_rows(x, H, T, H_, W.o_bias, st);
+      gemm_->run_silu(GemmInput::rmsnorm_rows(x, H, W.post_norm, eps_), W.gu, 2 * I_, H_, act, I, T, gu, hb, st);
+      gemm_->run(GemmInput::bf16_rows(act, I), W.down, H_, I_, x, H, T, true, nullptr, st);
+    }
+    // Base logits of the drafted rows, the final norm fused into the LM head GEMM.
+    if (device_heads) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys, 0, NL * sizeof(unsigned long long), st));
+    gemm_->run(GemmInput::rmsnorm_rows(x, H, final_norm_, eps_, d_lr), head_, V_, H_, logits, V_, NL, false, hb, st,
+               device_heads && !markov_ ? keys : nullptr);
+  };
+  // The device heads: the Markov steps, ids and confidences back to pinned host memory.
+  auto enqueue_heads = [&] {
     if (conf_) draft_conf_hdot(x, H, d_lr, NL, final_norm_, eps_, conf_w_, hdot, st);
     // Position k needs the argmax of k - 1 (its Markov bias and confidence condition on it):
     // positions run in order, each over all items, without leaving the device.
@@ -656,10 +691,44 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
                    keys + int64_t{k} * R);
     }
     draft_keys_to_ids(keys, NL, ids, st);
-    int32_t* ih = ids_h_.need(NL);
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(ih, ids, NL * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-    float* zh = conf_ ? z_h_.need(NL) : nullptr;
     if (conf_) DSINFER_CUDA_CHECK(cudaMemcpyAsync(zh, z, NL * sizeof(float), cudaMemcpyDeviceToHost, st));
+  };
+  std::vector<DraftProposal> props(items.size());
+  if (graph) {
+    const std::pair<int, int> key{R, max_n};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
+      // Second sighting of this shape: capture it (the first ran eagerly and sized everything).
+      cudaGraph_t g = nullptr;
+      DSINFER_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_front();
+        enqueue_heads();
+      } catch (...) {
+        cudaStreamEndCapture(st, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      DSINFER_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      if (err != cudaSuccess) throw_cuda(err, "cudaGraphInstantiate (drafter)", __FILE__, __LINE__);
+      it = graphs_.emplace(key, exec).first;
+    }
+    if (it != graphs_.end()) {
+      DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, st));
+    } else {
+      enqueue_front();
+      enqueue_heads();
+    }
+  } else {
+    enqueue_front();
+    if (!device_heads || !greedy) host_heads(items, ns, R, max_n, props);  // before the Markov GEMMs add into logits
+    if (device_heads) enqueue_heads();
+  }
+  if (device_heads) {
     DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
     for (int i = 0; i < R; ++i) {
       if (!items[i].params->greedy()) continue;

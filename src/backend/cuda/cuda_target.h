@@ -16,6 +16,8 @@ class CudaTarget {
   virtual int device_ordinal() const = 0;
   // The target's --cuda-gemm mode: true = the fixed-order row kernel (batch-invariant).
   virtual bool gemm_batch_invariant() const = 0;
+  // The target's --cuda-graphs setting: code beside it replays CUDA graphs only when on.
+  virtual bool graphs_enabled() const = 0;
 };
 
 }  // namespace dsinfer::cuda

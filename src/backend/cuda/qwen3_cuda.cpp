@@ -144,6 +144,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   const bf16* device_lm_head() const override { return head_; }
   int device_ordinal() const override { return opts_.device; }
   bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
+  bool graphs_enabled() const override { return opts_.use_graphs; }
   int64_t persistent_calls() const { return persistent_calls_; }
 
  private:
