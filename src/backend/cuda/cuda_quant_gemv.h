@@ -6,13 +6,19 @@
 //  - Fp8Block128: codes [rows, cols] E4M3, scales [ceil(rows/128), ceil(cols/128)] E8M0;
 //  - Fp4Group32:  codes [rows, cols/2] E2M1 (element 2j in the low nibble), scales
 //    [rows, cols/32] E8M0.
-// Data flow: one warp per output row; each lane loads 16 code bytes at a time (16 FP8
-// weights or 32 FP4 weights, always inside one scale block), dequantises them exactly (code
-// × 2^(e − 127) is an F32), and adds their products with up to 8 rows of x into per-row
-// accumulators in a fixed order; the 32 lanes then reduce by a fixed butterfly. Rows of x
-// are taken 8 at a time. Every y[i][j] is therefore the same sequence of F32 operations
-// whatever m is and whatever else runs (batch invariance). The order differs from the CPU
-// kernel's single sequential chain, so the two agree to rounding, not bit for bit.
+// Data flow: one warp per 2 output rows, lane l owning the 16-byte code chunks l, l + 32,
+// ... of both (16 FP8 or 32 FP4 weights, always inside one scale block); every lane loads
+// its chunks of a column tile before decoding any. Codes are decoded exactly without
+// branches: E4M3 pairs by the hardware's e4m3x2 -> f16x2 conversion, E2M1 by placing each
+// nibble's bits in an f16 (value * 2^-14), then f16 -> F32. Per chunk, per row of x, the
+// products with the decoded codes form one F32 fma chain from 0 (element order); the chunk
+// sum times the chunk's power-of-two scale (exact) is fma'd into the lane's accumulator,
+// chunks in ascending order; the 32 lanes then reduce by a fixed xor butterfly. x (up to 8
+// rows) is staged per block and tile in shared memory, padded so that the lanes' 16-byte
+// reads of 32 different chunks are bank-conflict free. Every y[i][j] is therefore the same
+// sequence of F32 operations whatever m is and whatever else runs (batch invariance). The
+// order differs from the CPU kernel's single sequential chain, so the two agree to
+// rounding, not bit for bit.
 #pragma once
 #include <cuda_runtime.h>
 
