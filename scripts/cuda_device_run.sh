@@ -26,7 +26,8 @@
 # device_tree.sh), one greedy completion over HTTP, $OUT/serve.log. "sampling": bench-engine
 # with sampled requests (temperature 0.8, top-p 0.9, plain decoding) on the same model with
 # DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
-# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json. TESTS: the test binaries the
+# SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json. "grid": the issue-5 grid on
+# the embedded models (scripts/device_engine_grid.sh: GRID_*, VARIANTS). TESTS: the test binaries the
 # "tests" step runs (default: all four). DECODE / PROMPT: bench-model's token counts.
 set -u
 R=$PWD
@@ -156,6 +157,9 @@ req = urllib.request.Request("http://127.0.0.1:18080/v1/completions", method="PO
 print(json.loads(urllib.request.urlopen(req, timeout=60).read()))
 PY
   kill $SERVE_PID; wait $SERVE_PID; echo "== serve (rc $?)"; tail -5 "$OUT/serve.log"
+fi
+if [[ " $STEPS " == *" grid "* ]]; then
+  bash "$R/scripts/device_engine_grid.sh"
 fi
 if [[ " $STEPS " == *" hf "* ]]; then
   PYTHONUNBUFFERED=1 timeout 300 python3 "$R/scripts/hf_generate_bench.py" /tmp/q4b ${PROMPT:-32} ${HF_DECODE:-128} > "$OUT/hf_4b.json" 2> "$OUT/hf_4b.err"

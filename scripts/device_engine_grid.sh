@@ -1,8 +1,9 @@
 #!/bin/bash
-# The issue-5 grid on the GPU machine (one device call, after scripts/cuda_device_run.sh has
-# unpacked build-cuda/dev): dsinfer bench-engine --device cuda on the embedded target with
-# the shipped DSpark drafter (the tree must carry models/embedded/dspark: DRAFTERS=dspark
-# for scripts/device_tree.sh), held-out code prompts, 256-token prompts, 256 new tokens.
+# The issue-5 grid on the GPU machine, run by scripts/cuda_device_run.sh with STEPS="grid"
+# (which unpacks build-cuda/dev and sets LD_LIBRARY_PATH): dsinfer bench-engine --device
+# cuda on the embedded target with the shipped DSpark drafter (the tree must carry
+# models/embedded/dspark: DRAFTERS=dspark for scripts/device_tree.sh), held-out code
+# prompts, 256-token prompts, 256 new tokens.
 # GRID_POLICIES (default none,dspark,dspark+lookup) x GRID_CONCURRENCY (default
 # 1,4,16,64,128), GRID_RUNS runs (default 1) per VARIANTS entry; an entry is "name" or
 # "name:VAR=VALUE[+VAR=VALUE...]" (environment for that run, e.g.
@@ -11,12 +12,6 @@ set -u
 R=$PWD
 OUT=${OUT:-/tmp/dsinfer-out}
 DEV=$R/build-cuda/dev
-CUB=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-         $(python3 -c 'import nvidia, os; [print(os.path.join(p, "cublas", "lib")) for p in nvidia.__path__]' 2>/dev/null); do
-  [ -e "$d/libcublasLt.so.13" ] && CUB=$d && break
-done
-export LD_LIBRARY_PATH=$DEV/lib${CUB:+:$CUB}:${LD_LIBRARY_PATH:-}
 for entry in ${VARIANTS:-default}; do
   name=${entry%%:*}
   envs=()

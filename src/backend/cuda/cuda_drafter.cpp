@@ -33,6 +33,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_drafter_kernels.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
 #include "backend/cuda/cuda_target.h"
@@ -700,21 +701,13 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     auto it = graphs_.find(key);
     if (it == graphs_.end() && graph_seen_[key]++ >= 1) {
       // Second sighting of this shape: capture it (the first ran eagerly and sized everything).
-      cudaGraph_t g = nullptr;
-      DSINFER_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      try {
-        enqueue_front();
-        enqueue_heads();
-      } catch (...) {
-        cudaStreamEndCapture(st, &g);
-        if (g) cudaGraphDestroy(g);
-        throw;
-      }
-      DSINFER_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      if (err != cudaSuccess) throw_cuda(err, "cudaGraphInstantiate (drafter)", __FILE__, __LINE__);
+      const cudaGraphExec_t exec = capture_graph(
+          st,
+          [&] {
+            enqueue_front();
+            enqueue_heads();
+          },
+          "cudaGraphInstantiate (drafter propose)");
       it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) {

@@ -48,6 +48,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_drafter.h"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
@@ -949,23 +950,16 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     if (it == graphs_.end() && seen_[key]++ >= 1) {
       // Second sighting of this shape: capture it (the first ran eagerly, which also warmed
       // up module loading and cuBLAS outside the capture).
-      cudaGraph_t g = nullptr;
-      DSINFER_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       capturing_ = true;
+      cudaGraphExec_t exec = nullptr;
       try {
-        enqueue(*kv, rows, lrows, batch.capture_layers, true);
-        capturing_ = false;
+        exec = capture_graph(
+            stream_, [&] { enqueue(*kv, rows, lrows, batch.capture_layers, true); }, "cudaGraphInstantiate");
       } catch (...) {
         capturing_ = false;
-        cudaStreamEndCapture(stream_, &g);
-        if (g) cudaGraphDestroy(g);
         throw;
       }
-      DSINFER_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-      cudaGraphDestroy(g);
-      if (e != cudaSuccess) throw_cuda(e, "cudaGraphInstantiate", __FILE__, __LINE__);
+      capturing_ = false;
       it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
