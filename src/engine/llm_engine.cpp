@@ -583,7 +583,7 @@ void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRo
   s.step_text.clear();
 }
 
-std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) {
+std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens) {
   std::vector<bool> yes(dec.size(), true);
   // Only the dspark policy with a verify-only SPS curve and a known draft cost decides: a
   // request's drafter pass costs draft_ms whatever the scheduler then verifies, so under load
@@ -591,8 +591,12 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // request bought when it last drafted; for a request never measured, the running mean of
   // every request's measurements, as requests of one workload accept alike): take requests
   // in decreasing gain while the step's expected throughput
-  // (R + Σ gain) / (t_draft(k) + t_verify(R + Σ len)) grows. Any choice is lossless (it only
-  // decides which requests get drafts).
+  // (T0 + Σ gain) / (t_draft(k) + t_verify(B0 + Σ len)) grows, B0 / T0 being the rows and
+  // tokens of the step without drafts (base_rows, base_tokens: with the lookup assist, the
+  // requests verifying lookup proposals are in the step too; pricing drafts against the
+  // candidates alone put them on the flat start of the verify curve, and at concurrency 16
+  // on the CPU drafts were bought that the step's real size did not pay for). Any choice is
+  // lossless (it only decides which requests get drafts).
   // Estimates go stale while requests are left out, so some re-probe; but a probe costs a
   // drafter pass and its verify rows, which under load is what made speculation slower than
   // plain decoding. So at most one request re-probes per step, the one left out longest,
@@ -606,6 +610,8 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   if (!is_dspark_policy(opts_.policy) || !draft_cost_known() || dec.empty()) return yes;
   ++choice_clock_;
   const int R = static_cast<int>(dec.size());
+  const int B0 = std::max(base_rows, R);
+  const double T0 = std::max(base_tokens, static_cast<double>(R));
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
   // EngineStats' choice counters, once per decided step.
   auto count_choice = [&](bool closed, int chosen, bool probed) {
@@ -628,10 +634,10 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // drafter pass costs nearly the same for 1 and 4 requests (0.30 / 0.37 ms on the H200), so
   // one request's drafts may not pay for a pass that four requests' drafts do.
   {
-    const double plain = R / t_verify(R);
+    const double plain = T0 / t_verify(B0);
     bool could = false;
     for (int k = 1; k <= R && !could; ++k)
-      could = (R + k * max_drafts_) / (draft_ms(k) + t_verify(R + k * max_drafts_)) > plain;
+      could = (T0 + k * max_drafts_) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain;
     if (!could) {
       count_choice(true, 0, false);
       return settle(std::vector<bool>(dec.size(), false));
@@ -686,14 +692,14 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
   // The best prefix of that order, over every length (not the first one after which the
   // throughput dips: with a pass cost nearly flat in k, the first request alone may lose
   // what the first four together win).
-  double gain = 0, commit = 0, best = R / t_verify(R);
+  double gain = 0, commit = 0, best = T0 / t_verify(B0);
   int len = 0, k = 0;
   for (int j = 0; j < static_cast<int>(order.size()); ++j) {
     const size_t i = static_cast<size_t>(order[static_cast<size_t>(j)]);
     gain += est[i];
     len += est_len[i];
     commit += commit_share(i);
-    const double theta = (R + gain) / (draft_ms(j + 1) + commit + t_verify(R + len));
+    const double theta = (T0 + gain) / (draft_ms(j + 1) + commit + t_verify(B0 + len));
     if (theta > best) {
       best = theta;
       k = j + 1;
@@ -718,9 +724,9 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec) 
     size_t pick = static_cast<size_t>(order[static_cast<size_t>(k)]);
     for (size_t j = static_cast<size_t>(k); j < order.size(); ++j)
       if (dec[static_cast<size_t>(order[j])]->skipped > dec[pick]->skipped) pick = static_cast<size_t>(order[j]);
-    const double t_step = t_verify(R);
+    const double t_step = t_verify(B0);
     const double t_probe = draft_ms(k + 1) - draft_ms(k) + commit_ms(dec[pick]->pending_tokens.size()) +
-                           std::max(0.0, t_verify(R + max_drafts_) - t_step);
+                           std::max(0.0, t_verify(B0 + max_drafts_) - t_step);
     const uint64_t probe_gap = probe_backoff_ * static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
     if (choice_clock_ >= last_probe_ + probe_gap) {
       if (last_probe_ > 0 && !chosen_since_probe_) probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
@@ -866,9 +872,17 @@ bool LLMEngine::step() {
   std::vector<bool> drafts(dec.size(), true);
   if (!async) {
     std::vector<Sequence*> candidates;
-    for (size_t r = 0; r < dec.size(); ++r)
-      if (!lookup_first[r]) candidates.push_back(dec[r]);
-    const std::vector<bool> chosen = choose_drafting(candidates);
+    int base_rows = static_cast<int>(dec.size());
+    double base_tokens = static_cast<double>(dec.size());
+    for (size_t r = 0; r < dec.size(); ++r) {
+      if (!lookup_first[r]) {
+        candidates.push_back(dec[r]);
+        continue;
+      }
+      base_rows += static_cast<int>(dec[r]->lookup_tokens.size());
+      for (float a : dec[r]->lookup_survival) base_tokens += a;
+    }
+    const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] ? false : chosen[c++];
   }
   // One batched drafter pass for all drafting requests: first their pending committed

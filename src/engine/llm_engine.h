@@ -318,8 +318,11 @@ class LLMEngine {
   // it when the stream ends). A verify round is first added to the request's statistics,
   // with the tokens the stream took as committed.
   void emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRound* round = nullptr);
-  // Which decoding requests get a drafter pass this step (see llm_engine.cpp).
-  std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec);
+  // Which of the candidates (decoding requests that may draft) get a drafter pass this step
+  // (see llm_engine.cpp). base_rows / base_tokens: what the step verifies and is expected to
+  // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
+  // proposals of the requests that took them), so drafting is priced at the step's real size.
+  std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens);
   // One batched drafter pass: commits the owners' pending context rows, proposes their
   // drafts into Sequence::prop. Touches only the owners' drafter state, so it may run on
   // the DraftWorker while the stepping thread verifies other requests.
