@@ -93,6 +93,13 @@ __global__ void qkv_store_kernel(const float* __restrict__ src, int64_t ld, int 
 // of the item's n keys (chunk a function of n alone); lane j scores key t0 + j of a 32-key
 // tile (sequential dot over D), an online softmax carries (max, sum), V rows are added in
 // key order (lane owns dimensions lane, lane + 32, ...); the warps are combined in order.
+// KP = ceil(D / 32) (1, 2, 4 or 8: a template, so the loops below unroll): each lane's key
+// row is loaded whole before its dot, and V rows kVGroup keys at a time before their adds,
+// so a tile waits for its memory about twice instead of once per key (the kernel was
+// latency-bound: 50 us of a 0.24 ms drafter pass on the H200); the arithmetic, and so every
+// bit, is that of one key at a time.
+constexpr int kVGroup = 8;
+template <int KP>
 __global__ void __launch_bounds__(kThreads)
     block_attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ item,
                            const unsigned long long* __restrict__ base, const int32_t* __restrict__ cap_of,
@@ -114,10 +121,10 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   const int chunk = ((n + kWarps - 1) / kWarps + 31) & ~31;
   const int k0 = warp * chunk, k1 = min(n, k0 + chunk);
-  constexpr int kPer = kMaxD / 32;
-  float acc[kPer];
+  const int half = D / 2;
+  float acc[KP];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < KP; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int t0 = k0; t0 < k1; t0 += 32) {
     const int j = t0 + lane;
@@ -125,10 +132,21 @@ __global__ void __launch_bounds__(kThreads)
     float dot = 0.0f;
     if (valid) {
       const __nv_bfloat162* kj = reinterpret_cast<const __nv_bfloat162*>(K + static_cast<int64_t>(j) * D);
-      for (int i = 0; i < D / 2; ++i) {
-        const float2 f = __bfloat1622float2(kj[i]);
-        dot = fmaf(qs[2 * i], f.x, dot);
-        dot = fmaf(qs[2 * i + 1], f.y, dot);
+      // 32 pairs (64 elements) of the row in flight at a time.
+      constexpr int kPairs = 16 * KP, kChunk = kPairs < 32 ? kPairs : 32;
+#pragma unroll
+      for (int c0 = 0; c0 < kPairs; c0 += kChunk) {
+        __nv_bfloat162 kr[kChunk];
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i)
+          if (c0 + i < half) kr[i] = kj[c0 + i];
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i)
+          if (c0 + i < half) {
+            const float2 f = __bfloat1622float2(kr[i]);
+            dot = fmaf(qs[2 * (c0 + i)], f.x, dot);
+            dot = fmaf(qs[2 * (c0 + i) + 1], f.y, dot);
+          }
       }
     }
     const float sc = valid ? dot * scale : -INFINITY;
@@ -137,14 +155,26 @@ __global__ void __launch_bounds__(kThreads)
     const float p = valid ? expf(sc - m_new) : 0.0f;
     l = l * corr + warp_sum(p);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[i] *= corr;
+    for (int i = 0; i < KP; ++i) acc[i] *= corr;
     const int tn = min(32, k1 - t0);
-    for (int u = 0; u < tn; ++u) {
-      const float pj = __shfl_sync(0xffffffffu, p, u);
-      const bf16* vr = V + static_cast<int64_t>(t0 + u) * D;
+    for (int u0 = 0; u0 < tn; u0 += kVGroup) {
+      float vv[kVGroup][KP];
 #pragma unroll
-      for (int i = 0; i < kPer; ++i)
-        if (lane + 32 * i < D) acc[i] = fmaf(pj, __bfloat162float(vr[lane + 32 * i]), acc[i]);
+      for (int u = 0; u < kVGroup; ++u) {
+        const bf16* vr = V + static_cast<int64_t>(t0 + u0 + u) * D;
+#pragma unroll
+        for (int i = 0; i < KP; ++i)
+          vv[u][i] = u0 + u < tn && lane + 32 * i < D ? __bfloat162float(vr[lane + 32 * i]) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kVGroup; ++u) {
+        const float pj = __shfl_sync(0xffffffffu, p, (u0 + u) & 31);
+        if (u0 + u < tn) {
+#pragma unroll
+          for (int i = 0; i < KP; ++i)
+            if (lane + 32 * i < D) acc[i] = fmaf(pj, vv[u][i], acc[i]);
+        }
+      }
     }
     m = m_new;
   }
@@ -153,7 +183,7 @@ __global__ void __launch_bounds__(kThreads)
     wl[warp] = l;
   }
 #pragma unroll
-  for (int i = 0; i < kPer; ++i)
+  for (int i = 0; i < KP; ++i)
     if (lane + 32 * i < D) wacc[warp][lane + 32 * i] = acc[i];
   __syncthreads();
   float mx = wm[0];
@@ -241,8 +271,15 @@ void draft_block_attention(const float* q, int T, const int32_t* item, const uns
   if (D > kMaxD || D % 2 != 0 || NKV <= 0 || NQ % NKV != 0)
     throw Error("CUDA drafter attention: head_dim " + std::to_string(D) + " / heads " + std::to_string(NQ) +
                 " / kv heads " + std::to_string(NKV) + " not supported (head_dim even and <= 256, heads a multiple of kv heads)");
-  block_attention_kernel<<<dim3(NQ, T), kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D,
-                                                               scale, out);
+  const dim3 grid(NQ, T);
+  if (D <= 32)
+    block_attention_kernel<1><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+  else if (D <= 64)
+    block_attention_kernel<2><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+  else if (D <= 128)
+    block_attention_kernel<4><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+  else
+    block_attention_kernel<8><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
   DSINFER_CUDA_LAUNCHED("draft block_attention_kernel");
 }
 
