@@ -177,8 +177,8 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pool_ = std::make_unique<BlockPool>(pc);
   kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_, want_features);
   paged_ = kv_.get();
-  device_features_ = want_features > 0 && kv_->feature_floats() == feat_;
-  if (feat_ && !device_features_) features_.reset(new std::byte[static_cast<size_t>(blocks) * bs * feature_row_bytes()]);
+  const bool in_pool = want_features > 0 && kv_->feature_floats() == feat_;
+  if (feat_ && !in_pool) features_.reset(new std::byte[static_cast<size_t>(blocks) * bs * feature_row_bytes()]);
   // The pool's memory is committed now (--cache-prealloc-ratio takes it at start-up), not
   // page by page while serving: in a VM a first touch costs microseconds per 4 KB page, and
   // the first requests' prefill steps paid it (the feature store, as large as the K/V, made
@@ -442,6 +442,15 @@ void LLMEngine::preempt(Sequence& s) {
 
 void LLMEngine::bind(Sequence& s, int length) { paged_->bind(s.slot, s.table.blocks(), length); }
 
+void LLMEngine::copy_block(int32_t src, int32_t dst, int n_tokens) {
+  paged_->copy_block(src, dst, n_tokens);
+  if (!features_) return;
+  const size_t block_bytes = static_cast<size_t>(pool_->block_size()) * feature_row_bytes();
+  std::memcpy(features_.get() + static_cast<size_t>(dst) * block_bytes,
+              features_.get() + static_cast<size_t>(src) * block_bytes,
+              static_cast<size_t>(n_tokens) * feature_row_bytes());
+}
+
 void LLMEngine::store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden) {
   if (!features_ || !hidden) return;
   for (int i = 0; i < n; ++i) {
@@ -492,7 +501,7 @@ void LLMEngine::warm_up() {
       const int chunk = std::min(len - done, opts_.max_batch_tokens);
       ForwardBatch b;
       b.capture_layers = capture_;
-      b.capture_to_cache = device_features_;
+      b.capture_to_cache = device_features();
       b.entries.push_back({0, std::vector<int32_t>(p.begin() + done, p.begin() + done + chunk), {}});
       paged_->bind(0, t.blocks(), done);
       model_.forward(*kv_, b, out);
@@ -515,13 +524,7 @@ void LLMEngine::defrag_if_idle() {
   const CompactResult r = pool_->compact({});
   if (!r.ok) return;  // only when tables hold blocks, which they do not while idle
   const int bs = pool_->block_size();
-  for (const BlockMove& m : r.moves) {
-    paged_->copy_block(m.from, m.to, bs);
-    if (features_)
-      std::memcpy(features_.get() + static_cast<size_t>(m.to) * bs * feature_row_bytes(),
-                  features_.get() + static_cast<size_t>(m.from) * bs * feature_row_bytes(),
-                  static_cast<size_t>(bs) * feature_row_bytes());
-  }
+  for (const BlockMove& m : r.moves) copy_block(m.from, m.to, bs);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cache_defrags++;
   stats_.defrag_moves += r.moves.size();
@@ -912,7 +915,7 @@ bool LLMEngine::step() {
       const int n_rows = static_cast<int>(s.pending_tokens.size());
       j.hidden_at.push_back(draft_hidden_.size());
       ContextBatchItem c{s.draft.get(), s.pending_tokens.data(), nullptr, n_rows};
-      if (device_features_) {
+      if (device_features()) {
         // The rows stay in the model's pool: the drafter reads them through a copy of the
         // table (the sequence's own may grow while an async pass runs).
         c.feature_blocks = j.feature_tables.emplace_back(s.table.blocks().begin(), s.table.blocks().end()).data();
@@ -1088,7 +1091,7 @@ bool LLMEngine::step() {
   ForwardBatch& batch = step_batch_;
   batch.entries.clear();
   batch.capture_layers = capture_;
-  batch.capture_to_cache = device_features_;
+  batch.capture_to_cache = device_features();
   std::vector<Sequence*> entry_seq;
   int budget = opts_.max_batch_tokens;
   for (Sequence* s : ver) {
@@ -1105,13 +1108,7 @@ bool LLMEngine::step() {
       preempt(*s);
       continue;
     }
-    if (ar.has_copy()) {
-      paged_->copy_block(ar.copy.src, ar.copy.dst, ar.copy.n_tokens);
-      if (features_)
-        std::memcpy(features_.get() + static_cast<size_t>(ar.copy.dst) * pool_->block_size() * feature_row_bytes(),
-                    features_.get() + static_cast<size_t>(ar.copy.src) * pool_->block_size() * feature_row_bytes(),
-                    static_cast<size_t>(ar.copy.n_tokens) * feature_row_bytes());
-    }
+    if (ar.has_copy()) copy_block(ar.copy.src, ar.copy.dst, ar.copy.n_tokens);
     bind(*s, start);
     budget -= static_cast<int>(e.tokens.size());
     batch.entries.push_back(std::move(e));

@@ -307,7 +307,7 @@ class LLMEngine {
   // table has no commit time).
   double commit_ms(size_t rows) const { return opts_.draft_cost.commit_ms(static_cast<int>(rows)); }
   // Copies the drafter's captured rows of a forward into the per-block feature store
-  // (nothing when the rows stay in the model's pool: device_features_).
+  // (nothing when the rows stay in the model's pool: device_features()).
   void store_features(std::span<const int32_t> blocks, int start, int n, const float* hidden);
   // Positions [start, start + n) of a block table from the feature store into dst, [n][feat_].
   void gather_features(std::span<const int32_t> blocks, int start, int n, float* dst) const;
@@ -340,13 +340,17 @@ class LLMEngine {
   // requests that do not draft (most of them under load) cost no second copy.
   // Rows are BF16 (rounded as matmul rounds activations: kv_round_bf16) when
   // features_bf16_, else F32.
-  // With device_features_ there is no host store: the model's paged pool keeps the rows
+  // With device_features() there is no host store: the model's paged pool keeps the rows
   // beside the K/V (BlockKVCache::feature_floats, written by forwards with
   // capture_to_cache) and the drafter reads them there (ContextBatchItem's cache source),
   // so they never cross to the host (a GPU target with the GPU drafter).
   std::unique_ptr<std::byte[]> features_;
   bool features_bf16_ = false;
-  bool device_features_ = false;
+  // Captured rows kept in the model's pool (a drafter that captures, and no host store).
+  bool device_features() const { return feat_ && !features_; }
+  // Positions [0, n_tokens) of block src -> dst: K/V (and feature rows) in the model's
+  // storage, and the host feature store's rows when the engine keeps them.
+  void copy_block(int32_t src, int32_t dst, int n_tokens);
   size_t feature_row_bytes() const { return static_cast<size_t>(feat_) * (features_bf16_ ? 2 : 4); }
   // Position p of a block table in the feature store.
   std::byte* feature_row(std::span<const int32_t> blocks, int p) const {

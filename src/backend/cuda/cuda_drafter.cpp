@@ -37,6 +37,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
 #include "backend/cuda/cuda_target.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "model/model.h"
@@ -258,25 +259,9 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   V_ = target.config().vocab_size;
   eps_ = static_cast<float>(b.rms_norm_eps);
   if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_PROFILE")) profile_ = std::string(p) == "1";
-  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_COMMIT_SYNC")) {
-    const std::string v = p;
-    if (v != "0" && v != "1")
-      throw Error("DSINFER_CUDA_DRAFTER_COMMIT_SYNC: expected 0 (commit returns once enqueued) or 1, got '" + v + "'");
-    commit_sync_ = v == "1";
-  }
-  use_graphs_ = ct.graphs_enabled();
-  if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_GRAPHS")) {
-    const std::string v = p;
-    if (v != "0" && v != "1")
-      throw Error("DSINFER_CUDA_DRAFTER_GRAPHS: expected 0 (propose passes launch kernel by kernel) or 1, got '" + v + "'");
-    use_graphs_ = use_graphs_ && v == "1";
-  }
-  if (const char* p = std::getenv("DSINFER_CUDA_DEVICE_FEATURES")) {
-    const std::string v = p;
-    if (v != "0" && v != "1")
-      throw Error("DSINFER_CUDA_DEVICE_FEATURES: expected 0 (captured rows through the host) or 1, got '" + v + "'");
-    device_features_ = v == "1";
-  }
+  commit_sync_ = env_switch("DSINFER_CUDA_DRAFTER_COMMIT_SYNC", false);
+  use_graphs_ = ct.graphs_enabled() && env_switch("DSINFER_CUDA_DRAFTER_GRAPHS", true);
+  device_features_ = env_switch("DSINFER_CUDA_DEVICE_FEATURES", true);
   window_ = opts.window_size >= 0 ? opts.window_size : cfg.context_window;
   if (D_ > 256 || D_ % 2 != 0)
     throw Error(cfile + ": field 'head_dim': " + std::to_string(D_) + " not supported on CUDA (even, <= 256)");
@@ -822,11 +807,7 @@ void CudaDeepSpecDrafter::host_heads(const std::vector<DraftBatchItem>& items, c
 
 std::unique_ptr<Drafter> make_cuda_deepspec_drafter(const DraftConfig& cfg, const Model& target,
                                                     const DrafterOptions& opts) {
-  if (const char* env = std::getenv("DSINFER_CUDA_DRAFTER")) {
-    const std::string v(env);
-    if (v == "0") return nullptr;
-    if (v != "1") throw Error("DSINFER_CUDA_DRAFTER: expected 0 (drafter on the host) or 1, got '" + v + "'");
-  }
+  if (!env_switch("DSINFER_CUDA_DRAFTER", true)) return nullptr;
   const auto* ct = dynamic_cast<const cuda::CudaTarget*>(&target);
   if (!ct) return nullptr;
   return std::make_unique<cuda::CudaDeepSpecDrafter>(cfg, target, *ct, opts);

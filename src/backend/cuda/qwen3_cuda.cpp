@@ -55,6 +55,7 @@
 #include "backend/cuda/cuda_persistent_decode.h"
 #include "backend/cuda/cuda_sampling.h"
 #include "backend/cuda/cuda_target.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "model/config.h"
 #include "model/device_verify.h"
@@ -303,11 +304,7 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     if (diag_omit_)
       std::fprintf(stderr, "DSINFER_CUDA_DIAG_OMIT=%s: timing diagnostic, these kernels are left out and outputs are wrong\n", e);
   }
-  if (const char* e = std::getenv("DSINFER_CUDA_SAMPLING")) {
-    if (std::string(e) != "0" && std::string(e) != "1")
-      throw Error(std::string("DSINFER_CUDA_SAMPLING must be 0 or 1, not '") + e + "'");
-    device_sampling_ = std::string(e) == "1";
-  }
+  device_sampling_ = env_switch("DSINFER_CUDA_SAMPLING", device_sampling_);
   {
     double w_mb = 0.0, t_mb = 4.0;  // defaults: docs/PERFORMANCE.md, CUDA batch-1 third pass
     int side = 0;
@@ -415,22 +412,12 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   host_embed_ = host_view("model.embed_tokens.weight");
   host_head_ = cfg.tie_word_embeddings ? host_embed_ : host_view("lm_head.weight");
 
-  bool fold = opts.fold_qk_decode;
-  if (const char* e = std::getenv("DSINFER_CUDA_FOLD_QK")) {
-    if (std::string(e) != "0" && std::string(e) != "1")
-      throw Error(std::string("DSINFER_CUDA_FOLD_QK must be 0 or 1, not '") + e + "'");
-    fold = std::string(e) == "1";
-  }
+  const bool fold = env_switch("DSINFER_CUDA_FOLD_QK", opts.fold_qk_decode);
   fold_qk_ = fold && cfg.head_dim % 8 == 0;
 
   // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
   // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
-  bool want = opts.persistent_decode;
-  if (const char* e = std::getenv("DSINFER_CUDA_PERSISTENT")) {
-    if (std::string(e) != "0" && std::string(e) != "1")
-      throw Error(std::string("DSINFER_CUDA_PERSISTENT must be 0 or 1, not '") + e + "'");
-    want = std::string(e) == "1";
-  }
+  const bool want = env_switch("DSINFER_CUDA_PERSISTENT", opts.persistent_decode);
   persistent_ = want && opts.batch_invariant && !cfg.attention_bias;
   persistent_max_k_ = static_cast<int>(std::max({H, NQ, I}));
   if (persistent_) {

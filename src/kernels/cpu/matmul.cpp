@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
@@ -126,10 +127,7 @@ IsaLevel hardware_isa_level() {
 bool amx_usable() {
   static const bool ok = [] {
     const auto& f = cpu_features();
-    const char* env = std::getenv("DSINFER_AMX");
-    check(!env || !*env || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
-          std::string("DSINFER_AMX must be 0 or 1, not '") + (env ? env : "") + "'");
-    if (env && std::strcmp(env, "0") == 0) return false;
+    if (!env_switch("DSINFER_AMX", true)) return false;
 #if defined(__x86_64__)
     return hardware_isa_level() == IsaLevel::Avx512 && f.avx512bf16 && f.amx && f.amx_bf16 && amx_os_enabled();
 #else
