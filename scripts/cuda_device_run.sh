@@ -27,7 +27,8 @@
 # with sampled requests (temperature 0.8, top-p 0.9, plain decoding) on the same model with
 # DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
 # SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json. "grid": the issue-5 grid on
-# the embedded models (scripts/device_engine_grid.sh: GRID_*, VARIANTS). TESTS: the test binaries the
+# the embedded models (scripts/device_engine_grid.sh: GRID_*, VARIANTS). "v4": DeepSeek-V4 on the
+# GPU (below: V4_LAYERS, V4_EXPERTS, V4_PROMPT, V4_DECODE, V4_VERIFY). TESTS: the test binaries the
 # "tests" step runs (default: all four). DECODE / PROMPT: bench-model's token counts.
 set -u
 R=$PWD
@@ -56,6 +57,20 @@ if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" pr
   MAKE_PID=$!
 fi
 
+# "v4": a random-weight DeepSeek-V4 checkpoint with Flash's per-layer shapes (hidden 4096, 64
+# heads of 512, q/o LoRA 1024 in 8 groups, indexer 64 x 128 top-512, MoE inter 2048 top-6, FP8
+# dense and FP4 experts) scaled to V4_LAYERS layers and V4_EXPERTS experts (Flash: 43, 256),
+# made here (tools/reference/make_random_deepseek_v4.py --quant), then bench-model on the GPU
+# with graphs on and off; JSON in $OUT/v4_*.json.
+V4_DIR=/tmp/v4flash
+if [[ " $STEPS " == *" v4 "* ]] && [ ! -e $V4_DIR/config.json ]; then
+  ( python3 "$R/tools/reference/make_random_deepseek_v4.py" $V4_DIR --quant --vocab 129280 --hidden 4096 \
+      --layers ${V4_LAYERS:-16} --heads 64 --head-dim 512 --q-lora 1024 --o-groups 8 --o-lora 1024 \
+      --experts ${V4_EXPERTS:-64} --top-k 6 --moe-inter 2048 --index-heads 64 --index-head-dim 128 --index-topk 512 \
+      > /tmp/make_v4.log 2>&1 ) &
+  V4_PID=$!
+fi
+
 if [[ " $STEPS " == *" env "* ]]; then
   { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
     "$DEV/dsinfer" check-env; echo "cublas dir: $CUB"; ldd "$DEV/dsinfer" | grep -E "not found|cublas|ssl|crypto"; nproc; } 2>&1 | tee -a "$OUT/env.txt"
@@ -79,6 +94,17 @@ if [[ " $STEPS " == *" bench "* ]]; then
     python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
       "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl${extra:+/$extra}" || tail -5 "$OUT/bench.err"
   done
+fi
+if [[ " $STEPS " == *" v4 "* ]]; then
+  [ -n "${V4_PID:-}" ] && wait $V4_PID
+  tail -1 /tmp/make_v4.log | tee -a "$OUT/env.txt"; du -sh $V4_DIR
+  for gr in on off; do
+    timeout 300 "$DEV/dsinfer" bench-model --model-path $V4_DIR --device cuda --cuda-graphs $gr --prompt-tokens ${V4_PROMPT:-32} \
+      --decode-tokens ${V4_DECODE:-128} --repeat 3 ${V4_VERIFY:+--verify-blocks $V4_VERIFY} --json > "$OUT/v4_graphs_$gr.json" 2>> "$OUT/v4.err"
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('v4 graphs', sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
+      "$OUT/v4_graphs_$gr.json" $gr || tail -5 "$OUT/v4.err"
+  done
+  grep -m2 "deepseek_v4" "$OUT/v4.err"
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   # Per-stage decode times (eager, CUDA events between stages): where a token's time goes.

@@ -3,12 +3,12 @@
 # test binaries of build-cuda, with the Debian shared libraries the device image lacks
 # (pcre2, utf8proc, cpp-httplib, brotli), into build-cuda/devpack/dev.tar.xz (name
 # build-cuda/devpack in the call's carry). Run from the repository root after
-#   ninja -C build-cuda dsinfer tests/test_cuda_kernels tests/test_cuda_model tests/test_cuda_cli tests/test_cuda_engine
+#   ninja -C build-cuda dsinfer tests/test_cuda_kernels tests/test_cuda_model tests/test_cuda_cli tests/test_cuda_engine tests/test_cuda_v4
 set -euo pipefail
 B=build-cuda
 rm -rf "$B/dev" "$B/devpack"
 mkdir -p "$B/dev/lib" "$B/devpack"
-for b in dsinfer tests/test_cuda_kernels tests/test_cuda_model tests/test_cuda_cli tests/test_cuda_engine; do
+for b in dsinfer tests/test_cuda_kernels tests/test_cuda_model tests/test_cuda_cli tests/test_cuda_engine tests/test_cuda_v4; do
   [ -e "$B/$b" ] || { echo "missing $B/$b" >&2; exit 1; }
   strip -o "$B/dev/$(basename "$b")" "$B/$b"
 done

@@ -41,7 +41,7 @@ std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const
   o.batch_invariant = a.cuda_gemm == "invariant";
   o.use_graphs = a.cuda_graphs == "on";
   o.cache_prealloc_ratio = a.cache_prealloc_ratio;
-  return load_qwen3_cuda(model_path, o);
+  return load_model_cuda(model_path, o);
 #else
   throw Error("--device cuda: this binary was built without the CUDA backend (configure with -DDSINFER_CUDA=ON)");
 #endif

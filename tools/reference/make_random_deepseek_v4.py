@@ -54,6 +54,10 @@ def main():
     ap.add_argument("--dspark-stages", type=int, default=0)
     ap.add_argument("--dspark-block", type=int, default=5)
     ap.add_argument("--markov-rank", type=int, default=64)
+    ap.add_argument("--quant", action="store_true",
+                    help="store the attention, compressor, indexer and shared-expert matrices as FP8 E4M3 with "
+                         "128x128 E8M0 scales and the routed experts as FP4 E2M1 with per-32 scales (per-expert "
+                         "w1/w2/w3 tensors), as DeepSeek-V4-Flash ships them; embeddings, head, router and mHC stay BF16")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
@@ -93,6 +97,38 @@ def main():
             return rep[:n_bytes]
         tensors.append((name, "BF16", [rows, cols], lambda n=rows * cols * 2, f=fill: f(n)))
 
+    byte_pools = {}
+
+    def byte_pool(kind):
+        # Random code bytes; FP8 avoids the two NaN codes (0x7f, 0xff). Every FP4 nibble is a number.
+        if kind not in byte_pools:
+            raw = bytearray(rng.getrandbits(8) for _ in range(1 << 16))
+            if kind == "fp8":
+                for i, b in enumerate(raw):
+                    if b & 0x7f == 0x7f:
+                        raw[i] = b - 1
+            byte_pools[kind] = bytes(raw)
+        return byte_pools[kind]
+
+    def tiled(pool, n_bytes):
+        start = rng.randrange(len(pool))
+        return ((pool[start:] + pool) * (n_bytes // len(pool) + 2))[:n_bytes]
+
+    def qmat(name, rows, cols, fp4=False):
+        """A block-quantized matrix: codes + E8M0 scales chosen so weights are ~1/sqrt(cols)."""
+        if not a.quant:
+            return mat(name, rows, cols)
+        if fp4:
+            assert cols % 32 == 0, name
+            code_shape, scale_shape = [rows, cols // 2], [rows, cols // 32]
+            exp = 127 - 2 - round(math.log2(math.sqrt(cols)))  # E2M1 values average ~2
+        else:
+            code_shape, scale_shape = [rows, cols], [(rows + 127) // 128, (cols + 127) // 128]
+            exp = 127 - 6 - round(math.log2(math.sqrt(cols)))  # random E4M3 codes average ~2^6 in magnitude
+        kind = "fp4" if fp4 else "fp8"
+        tensors.append((name, "U8", code_shape, lambda n=math.prod(code_shape), k=kind: tiled(byte_pool(k), n)))
+        tensors.append((name + "_scale_inv", "U8", scale_shape, lambda n=math.prod(scale_shape), e=exp: bytes([e]) * n))
+
     def vec(name, shape, values):
         tensors.append((name, "F32", shape, lambda v=values: struct.pack("<%df" % len(v), *v)))
 
@@ -115,29 +151,29 @@ def main():
         vec(p + "input_layernorm.weight", [D], ones(D))
         vec(p + "post_attention_layernorm.weight", [D], ones(D))
         s = p + "self_attn."
-        mat(s + "q_a_proj.weight", a.q_lora, D)
+        qmat(s + "q_a_proj.weight", a.q_lora, D)
         vec(s + "q_a_norm.weight", [a.q_lora], ones(a.q_lora))
-        mat(s + "q_b_proj.weight", H * d, a.q_lora)
-        mat(s + "kv_proj.weight", d, D)
+        qmat(s + "q_b_proj.weight", H * d, a.q_lora)
+        qmat(s + "kv_proj.weight", d, D)
         vec(s + "kv_norm.weight", [d], ones(d))
-        mat(s + "o_a_proj.weight", a.o_groups * a.o_lora, H * d // a.o_groups)
-        mat(s + "o_b_proj.weight", D, a.o_groups * a.o_lora)
+        qmat(s + "o_a_proj.weight", a.o_groups * a.o_lora, H * d // a.o_groups)
+        qmat(s + "o_b_proj.weight", D, a.o_groups * a.o_lora)
         vec(s + "sinks", [H], [rng.gauss(0, 1) for _ in range(H)])
         r = ratios[i]
         if r:
             w = 2 * d if r == 4 else d
             c = s + "compressor."
-            mat(c + "kv_proj.weight", w, D)
-            mat(c + "gate_proj.weight", w, D)
+            qmat(c + "kv_proj.weight", w, D)
+            qmat(c + "gate_proj.weight", w, D)
             vec(c + "position_bias", [r, w], [0.5 * rng.gauss(0, 1) for _ in range(r * w)])
             vec(c + "kv_norm.weight", [d], ones(d))
             if r == 4:
                 x, dI, HI = c + "indexer.", a.index_head_dim, a.index_heads
-                mat(x + "kv_proj.weight", 2 * dI, D)
-                mat(x + "gate_proj.weight", 2 * dI, D)
+                qmat(x + "kv_proj.weight", 2 * dI, D)
+                qmat(x + "gate_proj.weight", 2 * dI, D)
                 vec(x + "position_bias", [r, 2 * dI], [0.5 * rng.gauss(0, 1) for _ in range(r * 2 * dI)])
                 vec(x + "kv_norm.weight", [dI], ones(dI))
-                mat(x + "q_b_proj.weight", HI * dI, a.q_lora)
+                qmat(x + "q_b_proj.weight", HI * dI, a.q_lora)
                 mat(x + "scorer.weights_proj.weight", HI, D)
         m = p + "mlp."
         mat(m + "gate.weight", E, D)
@@ -148,13 +184,19 @@ def main():
             tensors.append((m + "gate.tid2eid", "I64", [V, K], lambda v=ids: struct.pack("<%dq" % len(v), *v)))
         else:
             vec(m + "gate.e_score_correction_bias", [E], [0.1 * rng.gauss(0, 1) for _ in range(E)])
-        tensors.append((m + "experts.gate_up_proj", "BF16", [E, 2 * I, D],
-                        lambda n=E * 2 * I * D * 2: (pool_for(D) * (n // len(pool_for(D)) + 1))[:n]))
-        tensors.append((m + "experts.down_proj", "BF16", [E, D, I],
-                        lambda n=E * D * I * 2: (pool_for(I) * (n // len(pool_for(I)) + 1))[:n]))
-        mat(m + "shared_experts.gate_proj.weight", I, D)
-        mat(m + "shared_experts.up_proj.weight", I, D)
-        mat(m + "shared_experts.down_proj.weight", D, I)
+        if a.quant:
+            for e in range(E):
+                qmat(m + f"experts.{e}.w1.weight", I, D, fp4=True)
+                qmat(m + f"experts.{e}.w3.weight", I, D, fp4=True)
+                qmat(m + f"experts.{e}.w2.weight", D, I, fp4=True)
+        else:
+            tensors.append((m + "experts.gate_up_proj", "BF16", [E, 2 * I, D],
+                            lambda n=E * 2 * I * D * 2: (pool_for(D) * (n // len(pool_for(D)) + 1))[:n]))
+            tensors.append((m + "experts.down_proj", "BF16", [E, D, I],
+                            lambda n=E * D * I * 2: (pool_for(I) * (n // len(pool_for(I)) + 1))[:n]))
+        qmat(m + "shared_experts.gate_proj.weight", I, D)
+        qmat(m + "shared_experts.up_proj.weight", I, D)
+        qmat(m + "shared_experts.down_proj.weight", D, I)
 
     R = a.markov_rank
     for st in range(a.dspark_stages):
@@ -194,7 +236,7 @@ def main():
             mat(p + "markov_head.markov_w2.weight", V, R)
             mat(p + "confidence_head.proj.weight", 1, D + R)
 
-    size = {"BF16": 2, "F32": 4, "I64": 8}
+    size = {"BF16": 2, "F32": 4, "I64": 8, "U8": 1}
     header, off = {}, 0
     for name, dt, shape, _ in tensors:
         n = size[dt] * math.prod(shape)

@@ -49,6 +49,13 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes = 2ull << 30, int reps = 20, int d
 // Loads a Qwen3 (Qwen3ForCausalLM) checkpoint onto the GPU. Throws Error naming the
 // file/field at fault, or the CUDA call that failed.
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
+// Loads a DeepSeek-V4 (DeepseekV4ForCausalLM) checkpoint onto the GPU (deepseek_v4_cuda.cpp):
+// weights as stored (F32/BF16, FP8/FP4 dequantised inside the kernels), the decoding state in
+// device memory. Uses opts.device, use_graphs and cache_prealloc_ratio; its kernels are
+// batch-invariant by construction (batch_invariant is ignored).
+std::unique_ptr<Model> load_deepseek_v4_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
+// The CUDA model for the checkpoint's architecture (Qwen3 or DeepSeek-V4); Error otherwise.
+std::unique_ptr<Model> load_model_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
 // Forwards that ran as the persistent decode kernel so far (0 for a model that is not a
 // CUDA Qwen3 model): tests check that the path they compare actually ran.
 int64_t cuda_persistent_decode_calls(const Model& model);

@@ -9,8 +9,17 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+#include "model/config.h"
 
 namespace dsinfer {
+
+std::unique_ptr<Model> load_model_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
+  const ModelConfig cfg = load_model_config(model_dir);
+  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  if (v4) return load_deepseek_v4_cuda(model_dir, opts);
+  return load_qwen3_cuda(model_dir, opts);  // names any other architecture in its error
+}
 
 std::string cuda_unavailable_reason() {
   int n = 0;

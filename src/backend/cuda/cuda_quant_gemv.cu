@@ -170,9 +170,9 @@ __device__ __forceinline__ void load_chunk(const uint8_t* __restrict__ codes, co
 // conflict-free. U = 4 for one row of x, 2 for more (shared memory M * 32U * (kPC + 4)
 // floats: at most 74 KB).
 template <bool kFp4, int M, int R, int U>
-__global__ void __launch_bounds__(kWarps * 32)
-    quant_gemv_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t rows,
-                      int64_t cols, const float* __restrict__ x, float* __restrict__ y) {
+__device__ __forceinline__ void gemv_body(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                          int64_t rows, int64_t cols, const float* __restrict__ x,
+                                          float* __restrict__ y) {
   using F = Fmt<kFp4>;
   constexpr int kTile = 32 * U;  // chunks per tile
   extern __shared__ float4 smem4[];
@@ -211,6 +211,26 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (j0 < rows) reduce_store<M, R>(acc, lane, j0, rows, y);
 }
 
+template <bool kFp4, int M, int R, int U>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t rows,
+                      int64_t cols, const float* __restrict__ x, float* __restrict__ y) {
+  gemv_body<kFp4, M, R, U>(codes, scales, rows, cols, x, y);
+}
+
+// Routed experts: block row blockIdx.y is pair p, against expert eid[p]'s matrix (code_stride
+// and scale_stride bytes apart) and x row p / x_div; the same arithmetic per output.
+template <bool kFp4, int U>
+__global__ void __launch_bounds__(kWarps * 32)
+    quant_gemv_routed_kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales, int64_t rows,
+                             int64_t cols, int64_t code_stride, int64_t scale_stride, const int32_t* __restrict__ eid,
+                             const float* __restrict__ x, int x_div, float* __restrict__ y) {
+  const int p = blockIdx.y;
+  const int64_t e = eid[p];
+  gemv_body<kFp4, 1, 2, U>(codes + e * code_stride, scales + e * scale_stride, rows, cols,
+                           x + static_cast<int64_t>(p / x_div) * cols, y + static_cast<int64_t>(p) * rows);
+}
+
 // ---- host side --------------------------------------------------------------------------------
 
 template <bool kFp4, int M>
@@ -243,7 +263,29 @@ void launch_format(const QuantDeviceMatrix& w, const float* x, int m, float* y, 
   }
 }
 
+template <bool kFp4>
+void launch_routed(const QuantDeviceMatrix& w, int64_t code_stride, int64_t scale_stride, const int32_t* eid, int pairs,
+                   const float* x, int x_div, float* y, cudaStream_t stream) {
+  constexpr int R = 2, U = 4;
+  constexpr int smem = 32 * U * Fmt<kFp4>::kPad * static_cast<int>(sizeof(float));
+  static_assert(smem <= 48 * 1024, "one row of x fits the default shared memory");
+  const dim3 grid(static_cast<unsigned>((w.rows + kWarps * R - 1) / (kWarps * R)), static_cast<unsigned>(pairs));
+  quant_gemv_routed_kernel<kFp4, U><<<grid, kWarps * 32, smem, stream>>>(w.codes, w.scales, w.rows, w.cols, code_stride,
+                                                                         scale_stride, eid, x, x_div, y);
+}
+
 }  // namespace quant_gemv_detail
+
+void quant_gemv_routed(const QuantDeviceMatrix& w, int64_t code_stride, int64_t scale_stride, const int32_t* eid,
+                       int pairs, const float* x, int x_div, float* y, cudaStream_t stream) {
+  check_quant_gemv_shape(w);
+  if (pairs <= 0) return;
+  if (w.format == QuantFormat::Fp4Group32)
+    quant_gemv_detail::launch_routed<true>(w, code_stride, scale_stride, eid, pairs, x, x_div, y, stream);
+  else
+    quant_gemv_detail::launch_routed<false>(w, code_stride, scale_stride, eid, pairs, x, x_div, y, stream);
+  DSINFER_CUDA_CHECK(cudaGetLastError());
+}
 
 void check_quant_gemv_shape(const QuantDeviceMatrix& w) {
   const int64_t need = w.format == QuantFormat::Fp4Group32 ? 32 : 16;

@@ -42,4 +42,11 @@ void check_quant_gemv_shape(const QuantDeviceMatrix& w);
 // x: [m, cols] F32 (row stride cols), y: [m, rows] F32 (row stride rows), both on the device.
 void quant_gemv(const QuantDeviceMatrix& w, const float* x, int m, float* y, cudaStream_t stream);
 
+// Routed experts (DeepSeek-V4 MoE): for each pair p < pairs, y[p, :] = x[p / x_div, :] . W_e^T
+// with e = eid[p] (a device array) and W_e the matrix whose codes and scales start
+// e * code_stride and e * scale_stride bytes after w's; one launch for every pair, no host
+// round trip for the routing. Same arithmetic per output as quant_gemv with one row of x.
+void quant_gemv_routed(const QuantDeviceMatrix& w, int64_t code_stride, int64_t scale_stride, const int32_t* eid,
+                       int pairs, const float* x, int x_div, float* y, cudaStream_t stream);
+
 }  // namespace dsinfer::cuda

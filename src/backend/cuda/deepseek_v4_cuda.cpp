@@ -1,0 +1,770 @@
+// dsinfer CUDA backend: the DeepSeek-V4 model on one GPU (load_deepseek_v4_cuda in
+// cuda_backend.h), the same forward as the CPU's model/deepseek_v4.cpp with its kernels in
+// cuda_v4_kernels.h.
+//
+// Data flow: loading parses config.json and maps the checkpoint with the CPU loader (both
+// naming schemes, shape checks, FP8/FP4 detection), prints a memory plan against the
+// device's free memory (refusing a model that cannot fit), then uploads every matrix as
+// stored: F32/BF16 as is, FP8/FP4 as codes + scales (dequantised inside the GEMV kernels,
+// never expanded), and each layer's routed experts packed into one array per projection
+// so that a kernel picks expert e by offset (routing never leaves the device).
+// forward(): the host validates the batch as the CPU model does and sends one block of row
+// metadata (token, position, slot, logit rows, the compressor windows that close); then
+// every layer runs on the device (mHC site, attention with its compressors and indexer,
+// mHC, MoE, mHC) and only the logit rows (or, for forward_argmax, the ids) and captured
+// layers come back. The decoding state (V4CudaState) keeps per slot every position's K=V
+// row and raw compressor rows, and the compressed entries, in device memory: truncate()
+// only moves the length, entries of windows that close again are recomputed from the same
+// raw rows, so rollback after verification is exact, as on the CPU.
+// CUDA graphs: the enqueue depends only on (cache, rows, logit rows, captured layers,
+// argmax), never on which windows close (their count is read on the device), so a shape's
+// second call captures it and later calls replay it (steps of up to 16 rows).
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/cuda_v4_kernels.h"
+#include "core/error.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "model/config.h"
+#include "model/deepseek_v4_config.h"
+#include "model/deepseek_v4_weights.h"
+#include "model/rope_params.h"
+
+namespace dsinfer {
+
+namespace cuda {
+namespace {
+
+std::string gib(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(b) / (1ull << 30));
+  return buf;
+}
+
+// Device allocations owned together and freed at destruction.
+class Arena {
+ public:
+  Arena() = default;
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena() { release(); }
+  void release() {
+    for (void* p : ptrs_) cudaFree(p);
+    ptrs_.clear();
+    bytes_ = 0;
+  }
+  void* alloc(size_t n) {
+    void* p = nullptr;
+    DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16)));
+    ptrs_.push_back(p);
+    bytes_ += n;
+    return p;
+  }
+  template <typename T>
+  T* upload(const T* src, size_t count) {
+    auto* p = static_cast<T*>(alloc(sizeof(T) * count));
+    if (count) DSINFER_CUDA_CHECK(cudaMemcpy(p, src, sizeof(T) * count, cudaMemcpyHostToDevice));
+    return p;
+  }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::vector<void*> ptrs_;
+  uint64_t bytes_ = 0;
+};
+
+uint64_t code_bytes(const QuantWeightView& q) {
+  return q.format == QuantFormat::Fp4Group32 ? static_cast<uint64_t>(q.rows) * (q.cols / 2)
+                                             : static_cast<uint64_t>(q.rows) * q.cols;
+}
+uint64_t scale_bytes(const QuantWeightView& q) {
+  return q.format == QuantFormat::Fp4Group32 ? static_cast<uint64_t>(q.rows) * (q.cols / 32)
+                                             : static_cast<uint64_t>((q.rows + 127) / 128) * ((q.cols + 127) / 128);
+}
+v4::DevLinear::Kind kind_of(const V4Linear& w) {
+  if (w.quantized) return w.quant.format == QuantFormat::Fp4Group32 ? v4::DevLinear::FP4 : v4::DevLinear::FP8;
+  return w.plain.dtype == DType::BF16 ? v4::DevLinear::BF16 : v4::DevLinear::F32;
+}
+uint64_t plain_bytes(const WeightView& w) { return static_cast<uint64_t>(w.rows * w.cols) * dtype_size(w.dtype); }
+
+struct DevCompressor {
+  v4::DevLinear kv, gate;
+  float* pos_bias = nullptr;
+  float* norm = nullptr;
+  int rate = 0, dim = 0;
+  bool overlap = false;
+  int width() const { return overlap ? 2 * dim : dim; }
+};
+
+struct DevLayer {
+  V4Attn attn = V4Attn::Sliding;
+  bool hash = false;
+  v4::DevLinear attn_hc_fn, ffn_hc_fn;
+  float *attn_hc_base = nullptr, *attn_hc_scale = nullptr, *ffn_hc_base = nullptr, *ffn_hc_scale = nullptr;
+  float *in_norm = nullptr, *post_norm = nullptr;
+  v4::DevLinear q_a, q_b, kv, o_b;
+  std::vector<v4::DevLinear> o_a;  // one row block per output group
+  float *q_a_norm = nullptr, *kv_norm = nullptr, *sinks = nullptr;
+  DevCompressor comp, idx;
+  v4::DevLinear idx_q_b, idx_weights;
+  v4::DevLinear router;
+  float* score_bias = nullptr;
+  int32_t* tid2eid = nullptr;
+  v4::DevLinear ex_gate, ex_up, ex_down;  // routed experts, packed (stride per expert)
+  v4::DevLinear sh_gate, sh_up, sh_down;
+};
+
+// Per layer and kind, [max_slots][capacity][width] F32 rows in device memory.
+class V4CudaState final : public KVCache {
+ public:
+  struct Layer {
+    float* kv = nullptr;          // [cap][d]
+    float* comp_raw = nullptr;    // [cap][2 cw]
+    float* comp_entry = nullptr;  // [ecap][d]
+    float* idx_raw = nullptr;     // [cap][2 cw_I]
+    float* idx_entry = nullptr;   // [ecap_I][d_I]
+    int ecap = 0, idx_ecap = 0;
+  };
+  V4CudaState(const void* owner, int max_slots, int max_tokens) : owner_(owner), slots_(max_slots), cap_(max_tokens) {
+    len_.assign(static_cast<size_t>(max_slots), 0);
+  }
+  int max_slots() const override { return slots_; }
+  int max_tokens() const override { return cap_; }
+  int length(int slot) const override {
+    check(slot);
+    return len_[slot];
+  }
+  void truncate(int slot, int n) override {
+    check(slot);
+    if (n < 0 || n > len_[slot])
+      throw Error("truncate: length " + std::to_string(n) + " outside [0, " + std::to_string(len_[slot]) + "] for slot " +
+                  std::to_string(slot));
+    len_[slot] = n;
+  }
+  void set_length(int slot, int n) { len_[slot] = n; }
+  const void* owner() const { return owner_; }
+  std::vector<Layer> layers;
+  Arena arena;
+
+ private:
+  void check(int slot) const {
+    if (slot < 0 || slot >= slots_)
+      throw Error("slot " + std::to_string(slot) + " outside [0, " + std::to_string(slots_) + ")");
+  }
+  const void* owner_;
+  int slots_, cap_;
+  std::vector<int> len_;
+};
+
+class DeepseekV4Cuda final : public Model {
+ public:
+  DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opts);
+  ~DeepseekV4Cuda() override {
+    drop_graphs();
+    if (stream_) cudaStreamDestroy(stream_);
+    if (pinned_) cudaFreeHost(pinned_);
+  }
+
+  const ModelConfig& config() const override { return gcfg_; }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
+  bool on_device() const override { return true; }
+  void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override {
+    run(kv, batch, out, nullptr);
+  }
+  void forward_argmax(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>& ids) override {
+    run(kv, batch, out, &ids);
+  }
+  // The drafters' pieces run on the host copy of the (memory-mapped) checkpoint.
+  void embed(const int32_t* ids, int n, float* out) const override {
+    for (int i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= cfg_.vocab)
+        throw Error("embed: token id " + std::to_string(ids[i]) + " outside the vocabulary [0, " +
+                    std::to_string(cfg_.vocab) + ")");
+      weight_row_to_f32(hw_.embed, ids[i], out + static_cast<int64_t>(i) * cfg_.hidden);
+    }
+  }
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
+    if (n <= 0) return;
+    const int64_t D = cfg_.hidden;
+    if (!apply_norm) return v4_matmul(hidden, n, hw_.head, logits);
+    std::vector<float> normed(static_cast<size_t>(n) * D);
+    rmsnorm(hidden, D, n, D, hw_.final_norm.data(), static_cast<float>(cfg_.eps), normed.data(), D);
+    v4_matmul(normed.data(), n, hw_.head, logits);
+  }
+  uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+
+ private:
+  v4::DevLinear up(const V4Linear& w);
+  v4::DevLinear up_rows(const V4Linear& w, int64_t r0, int64_t n);
+  v4::DevLinear up_experts(const std::vector<V4Expert>& ex, const V4Linear V4Expert::*which);
+  float* upf(const std::vector<float>& v) { return v.empty() ? nullptr : weights_.upload(v.data(), v.size()); }
+  DevCompressor up_comp(const V4Compressor& c);
+  void ensure_scratch(int T, int n_logits, int n_cap);
+  void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
+  void enqueue(V4CudaState& st, int T, int n_logits, const std::vector<int>& caps, bool argmax);
+  void attention(const DevLayer& L, int l, V4CudaState& st, int T);
+  void moe(const DevLayer& L, int T);
+  void drop_graphs() {
+    for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+    seen_.clear();
+  }
+
+  ModelConfig gcfg_;
+  DeepseekV4Config cfg_;
+  CudaModelOptions opts_;
+  std::unique_ptr<V4TensorIndex> index_;
+  std::deque<std::vector<uint8_t>> owned_;
+  V4Weights hw_;  // host views (mmap): embed() and lm_head() for drafters, and the upload source
+  uint64_t decode_bytes_ = 0;
+
+  Arena weights_;
+  const void* embed_ = nullptr;
+  bool embed_bf16_ = false;
+  v4::DevLinear head_, hc_head_fn_;
+  float *hc_head_base_ = nullptr, *hc_head_scale_ = nullptr, *final_norm_ = nullptr;
+  float *main_inv_ = nullptr, *compress_inv_ = nullptr;
+  std::vector<DevLayer> layers_;
+  cudaStream_t stream_ = nullptr;
+
+  // Row metadata: host pinned staging and its device copy (fixed addresses for graphs).
+  struct Meta {
+    int32_t *token, *pos, *slot, *logit_row, *njobs;  // njobs[0] CSA-rate jobs, [1] HCA-rate jobs
+    v4::PoolJob *jobs_csa, *jobs_hca;
+  };
+  void* pinned_ = nullptr;
+  size_t pinned_bytes_ = 0;
+  Arena scratch_;
+  int scratch_T_ = 0, scratch_logits_ = 0, scratch_cap_ = 0;
+  Meta meta_{};
+  size_t meta_bytes_ = 0;
+  float *X_, *flat_, *z_, *post_, *comb_, *h_, *y_, *qres_, *q_, *kvt_, *C_, *Z_, *iq_, *iw_, *att_, *cat_, *stage_;
+  float *elog_, *wts_, *g_, *u_, *act_, *yp_, *sg_, *su_, *sact_, *shared_, *cap_buf_, *rows_, *zh_, *hh_, *logits_;
+  int32_t *sel_, *nsel_, *eid_, *ids_;
+  int64_t stage_floats_ = 0;
+
+  std::map<std::tuple<const void*, int, int, std::vector<int>, bool>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<const void*, int, int, std::vector<int>, bool>, int> seen_;
+};
+
+DeepseekV4Cuda::DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opts) : gcfg_(g), opts_(opts) {
+  DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));
+  cfg_ = parse_deepseek_v4_config(g);
+  if (cfg_.hc_mult > 8) throw Error(g.model_dir + "/config.json: field 'hc_mult': " + std::to_string(cfg_.hc_mult) +
+                                    " streams; the CUDA backend supports up to 8");
+  if (cfg_.rope_dim % 2 != 0 || cfg_.rope_dim > cfg_.head_dim)
+    throw Error(g.model_dir + "/config.json: rotary width " + std::to_string(cfg_.rope_dim) + " is not even or exceeds head_dim");
+  index_ = std::make_unique<V4TensorIndex>(g.model_dir);
+  hw_ = load_deepseek_v4_weights(*index_, cfg_, owned_);
+  // Bytes one decode step reads (as the CPU model counts them): all but the unrouted experts
+  // and, unless the head is the embedding, all but one embedding row.
+  const uint64_t per_layer_experts = cfg_.experts ? hw_.expert_bytes / cfg_.layers / cfg_.experts : 0;
+  const uint64_t unread_embed = cfg_.tie ? 0 : static_cast<uint64_t>(hw_.embed.rows - 1) * hw_.embed.cols * dtype_size(hw_.embed.dtype);
+  decode_bytes_ = hw_.matrix_bytes - hw_.expert_bytes - unread_embed + per_layer_experts * cfg_.top_k * cfg_.layers;
+
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  int n_csa = 0, n_hca = 0;
+  for (V4Attn a : cfg_.attn) n_csa += a == V4Attn::CSA, n_hca += a == V4Attn::HCA;
+  // State per token of context on the device (all rows kept: see V4CudaState).
+  uint64_t per_tok = 0;
+  for (int l = 0; l < cfg_.layers; ++l) {
+    per_tok += 4ull * cfg_.head_dim;
+    if (cfg_.attn[l] != V4Attn::Sliding) {
+      const int m = cfg_.compress_rate(l);
+      const uint64_t cw = cfg_.attn[l] == V4Attn::CSA ? 2ull * cfg_.head_dim : cfg_.head_dim;
+      per_tok += 4ull * 2 * cw + 4ull * cfg_.head_dim / m + 4;
+      if (cfg_.attn[l] == V4Attn::CSA) per_tok += 4ull * 2 * 2 * cfg_.idx_head_dim + 4ull * cfg_.idx_head_dim / m + 4;
+    }
+  }
+  std::fprintf(stderr,
+               "deepseek_v4 (cuda): %d layers (%d sliding, %d CSA, %d HCA); weights %s (routed experts %s), %s read per "
+               "decode step; device state %s per token of context; device memory %s free of %s\n",
+               cfg_.layers, cfg_.layers - n_csa - n_hca, n_csa, n_hca, gib(hw_.matrix_bytes).c_str(),
+               gib(hw_.expert_bytes).c_str(), gib(decode_bytes_).c_str(), gib(per_tok).c_str(), gib(free_b).c_str(),
+               gib(total_b).c_str());
+  if (hw_.matrix_bytes + (256ull << 20) > free_b)
+    throw Error(g.model_dir + ": DeepSeek-V4 weights need " + gib(hw_.matrix_bytes) + " of device memory but only " +
+                gib(free_b) + " is free on the GPU; refusing to load (use a GPU with more memory or a smaller checkpoint)");
+
+  const int r = cfg_.rope_dim;
+  const auto main_inv = compute_rope_params(cfg_.rope_main, r, cfg_.max_pos).inv_freq;
+  const auto comp_inv = compute_rope_params(cfg_.rope_compress, r, cfg_.max_pos).inv_freq;
+  main_inv_ = weights_.upload(main_inv.data(), main_inv.size());
+  compress_inv_ = weights_.upload(comp_inv.data(), comp_inv.size());
+
+  embed_bf16_ = hw_.embed.dtype == DType::BF16;
+  embed_ = weights_.upload(static_cast<const uint8_t*>(hw_.embed.data), plain_bytes(hw_.embed));
+  if (cfg_.tie || (!hw_.head.quantized && hw_.head.plain.data == hw_.embed.data)) {
+    head_.kind = embed_bf16_ ? v4::DevLinear::BF16 : v4::DevLinear::F32;
+    head_.w = embed_;
+    head_.rows = cfg_.vocab;
+    head_.cols = cfg_.hidden;
+  } else {
+    head_ = up(hw_.head);
+  }
+  hc_head_fn_ = up(hw_.hc_head_fn);
+  hc_head_base_ = upf(hw_.hc_head_base);
+  hc_head_scale_ = upf(hw_.hc_head_scale);
+  final_norm_ = upf(hw_.final_norm);
+
+  layers_.resize(cfg_.layers);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const V4LayerWeights& L = hw_.layers[l];
+    DevLayer& d = layers_[l];
+    d.attn = L.attn;
+    d.hash = L.hash;
+    d.attn_hc_fn = up(L.attn_hc_fn);
+    d.ffn_hc_fn = up(L.ffn_hc_fn);
+    d.attn_hc_base = upf(L.attn_hc_base);
+    d.attn_hc_scale = upf(L.attn_hc_scale);
+    d.ffn_hc_base = upf(L.ffn_hc_base);
+    d.ffn_hc_scale = upf(L.ffn_hc_scale);
+    d.in_norm = upf(L.in_norm);
+    d.post_norm = upf(L.post_norm);
+    d.q_a = up(L.q_a);
+    d.q_b = up(L.q_b);
+    d.kv = up(L.kv);
+    d.o_b = up(L.o_b);
+    for (int gi = 0; gi < cfg_.o_groups; ++gi)
+      d.o_a.push_back(up_rows(L.o_a, static_cast<int64_t>(gi) * cfg_.o_lora, cfg_.o_lora));
+    d.q_a_norm = upf(L.q_a_norm);
+    d.kv_norm = upf(L.kv_norm);
+    d.sinks = upf(L.sinks);
+    if (L.attn != V4Attn::Sliding) d.comp = up_comp(L.comp);
+    if (L.attn == V4Attn::CSA) {
+      d.idx = up_comp(L.idx);
+      d.idx_q_b = up(L.idx_q_b);
+      d.idx_weights = up(L.idx_weights);
+    }
+    d.router = up(L.router);
+    d.score_bias = upf(L.score_bias);
+    if (L.hash) d.tid2eid = weights_.upload(L.tid2eid.data(), L.tid2eid.size());
+    d.ex_gate = up_experts(L.experts, &V4Expert::gate);
+    d.ex_up = up_experts(L.experts, &V4Expert::up);
+    d.ex_down = up_experts(L.experts, &V4Expert::down);
+    d.sh_gate = up(L.shared.gate);
+    d.sh_up = up(L.shared.up);
+    d.sh_down = up(L.shared.down);
+  }
+  DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
+
+v4::DevLinear DeepseekV4Cuda::up(const V4Linear& w) {
+  v4::DevLinear d;
+  d.kind = kind_of(w);
+  d.rows = w.rows();
+  d.cols = w.cols();
+  if (w.quantized) {
+    d.w = weights_.upload(w.quant.data, code_bytes(w.quant));
+    d.scales = weights_.upload(w.quant.scales, scale_bytes(w.quant));
+  } else {
+    d.w = weights_.upload(static_cast<const uint8_t*>(w.plain.data), plain_bytes(w.plain));
+  }
+  return d;
+}
+
+// Output rows [r0, r0 + n) of w as their own matrix (the grouped output projection).
+v4::DevLinear DeepseekV4Cuda::up_rows(const V4Linear& w, int64_t r0, int64_t n) {
+  V4Linear b = w;
+  if (!w.quantized) {
+    b.plain.data = static_cast<const uint8_t*>(w.plain.data) + r0 * w.plain.cols * dtype_size(w.plain.dtype);
+    b.plain.rows = n;
+    return up(b);
+  }
+  const QuantWeightView& q = w.quant;
+  if (q.format == QuantFormat::Fp8Block128) {
+    if (r0 % 128 != 0 || (n % 128 != 0 && r0 + n != q.rows))
+      throw Error("DeepSeek-V4: grouped output projection rows are not aligned to the FP8 128-row scale blocks");
+    b.quant.data = q.data + r0 * q.cols;
+    b.quant.scales = q.scales + (r0 / 128) * ((q.cols + 127) / 128);
+  } else {
+    b.quant.data = q.data + r0 * (q.cols / 2);
+    b.quant.scales = q.scales + r0 * (q.cols / 32);
+  }
+  b.quant.rows = n;
+  return up(b);
+}
+
+v4::DevLinear DeepseekV4Cuda::up_experts(const std::vector<V4Expert>& ex, const V4Linear V4Expert::*which) {
+  v4::DevLinear d;
+  if (ex.empty()) return d;
+  const V4Linear& w0 = ex[0].*which;
+  d.kind = kind_of(w0);
+  d.rows = w0.rows();
+  d.cols = w0.cols();
+  const uint64_t cb = w0.quantized ? code_bytes(w0.quant) : plain_bytes(w0.plain);
+  const uint64_t sb = w0.quantized ? scale_bytes(w0.quant) : 0;
+  auto* codes = static_cast<uint8_t*>(weights_.alloc(cb * ex.size()));
+  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(sb * ex.size())) : nullptr;
+  for (size_t e = 0; e < ex.size(); ++e) {
+    const V4Linear& w = ex[e].*which;
+    if (kind_of(w) != d.kind || w.rows() != d.rows || w.cols() != d.cols)
+      throw Error("DeepSeek-V4 (cuda): expert " + std::to_string(e) +
+                  " is stored in another format than expert 0 of its layer; the CUDA backend packs a layer's experts "
+                  "in one format");
+    if (w.quantized) {
+      DSINFER_CUDA_CHECK(cudaMemcpy(codes + e * cb, w.quant.data, cb, cudaMemcpyHostToDevice));
+      DSINFER_CUDA_CHECK(cudaMemcpy(scales + e * sb, w.quant.scales, sb, cudaMemcpyHostToDevice));
+    } else {
+      DSINFER_CUDA_CHECK(cudaMemcpy(codes + e * cb, w.plain.data, cb, cudaMemcpyHostToDevice));
+    }
+  }
+  d.w = codes;
+  d.scales = scales;
+  d.stride = static_cast<int64_t>(cb);
+  d.scale_stride = static_cast<int64_t>(sb);
+  return d;
+}
+
+DevCompressor DeepseekV4Cuda::up_comp(const V4Compressor& c) {
+  DevCompressor d;
+  d.kv = up(c.kv);
+  d.gate = up(c.gate);
+  d.pos_bias = upf(c.pos_bias);
+  d.norm = upf(c.norm);
+  d.rate = c.rate;
+  d.dim = c.dim;
+  d.overlap = c.overlap;
+  return d;
+}
+
+std::unique_ptr<KVCache> DeepseekV4Cuda::make_kv_cache(int max_slots, int max_tokens) const {
+  if (max_slots <= 0 || max_tokens <= 0)
+    throw Error("DeepSeek-V4 (cuda) state: slots and tokens must be positive (got " + std::to_string(max_slots) + " x " +
+                std::to_string(max_tokens) + ")");
+  auto st = std::make_unique<V4CudaState>(this, max_slots, max_tokens);
+  const int64_t S = max_slots, cap = max_tokens, d = cfg_.head_dim, dI = cfg_.idx_head_dim;
+  uint64_t need = 0;
+  std::vector<std::tuple<int, int, int>> shapes;  // per layer: cw, ecap, idx_ecap
+  for (int l = 0; l < cfg_.layers; ++l) {
+    int cw = 0, ecap = 0, iecap = 0;
+    need += S * cap * d * 4;
+    if (cfg_.attn[l] != V4Attn::Sliding) {
+      const int m = cfg_.compress_rate(l);
+      cw = cfg_.attn[l] == V4Attn::CSA ? 2 * d : d;
+      ecap = max_tokens / m + 1;
+      need += S * cap * 2 * cw * 4 + S * ecap * d * 4;
+      if (cfg_.attn[l] == V4Attn::CSA) {
+        iecap = max_tokens / m + 1;
+        if (max_tokens / m > v4::max_indexer_entries())
+          throw Error("DeepSeek-V4 (cuda) state: " + std::to_string(max_tokens) + " tokens per sequence give " +
+                      std::to_string(max_tokens / m) + " indexer entries, above the " +
+                      std::to_string(v4::max_indexer_entries()) + " the CUDA top-k supports; lower the context length");
+        need += S * cap * 2 * 2 * dI * 4 + S * iecap * dI * 4;
+      }
+    }
+    shapes.emplace_back(cw, ecap, iecap);
+  }
+  size_t free_b = 0, total_b = 0;
+  DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (need > static_cast<uint64_t>(static_cast<double>(free_b) * opts_.cache_prealloc_ratio))
+    throw Error("DeepSeek-V4 (cuda) state: " + std::to_string(max_slots) + " slots x " + std::to_string(max_tokens) +
+                " tokens need " + gib(need) + " of device memory but only " + gib(free_b) +
+                " is free (--cache-prealloc-ratio " + std::to_string(opts_.cache_prealloc_ratio) +
+                "); lower the context length or the number of sequences");
+  st->layers.resize(cfg_.layers);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    auto& L = st->layers[l];
+    const auto [cw, ecap, iecap] = shapes[l];
+    L.kv = static_cast<float*>(st->arena.alloc(S * cap * d * 4));
+    if (cw) {
+      L.comp_raw = static_cast<float*>(st->arena.alloc(S * cap * 2 * cw * 4));
+      L.comp_entry = static_cast<float*>(st->arena.alloc(S * ecap * d * 4));
+      L.ecap = ecap;
+    }
+    if (iecap) {
+      L.idx_raw = static_cast<float*>(st->arena.alloc(S * cap * 2 * 2 * dI * 4));
+      L.idx_entry = static_cast<float*>(st->arena.alloc(S * iecap * dI * 4));
+      L.idx_ecap = iecap;
+    }
+  }
+  return st;
+}
+
+void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
+  if (T <= scratch_T_ && n_logits <= scratch_logits_ && n_cap <= scratch_cap_) return;
+  drop_graphs();  // graphs hold the old addresses
+  scratch_.release();
+  T = std::max(T, scratch_T_);
+  n_logits = std::max(n_logits, scratch_logits_);
+  n_cap = std::max(n_cap, scratch_cap_);
+  const int64_t D = cfg_.hidden, n = cfg_.hc_mult, M = cfg_.hc_mix(), Hd = int64_t(cfg_.heads) * cfg_.head_dim;
+  const int64_t cwmax = std::max<int64_t>(2 * cfg_.head_dim, 2 * cfg_.idx_head_dim);
+  const int64_t PK = int64_t(T) * cfg_.top_k, I = cfg_.moe_inter, GO = int64_t(cfg_.o_groups) * cfg_.o_lora;
+  const int64_t gin = Hd / std::max(cfg_.o_groups, 1);
+  auto f = [&](int64_t count) { return static_cast<float*>(scratch_.alloc(sizeof(float) * std::max<int64_t>(count, 1))); };
+  auto i32 = [&](int64_t count) { return static_cast<int32_t*>(scratch_.alloc(sizeof(int32_t) * std::max<int64_t>(count, 1))); };
+  X_ = f(T * n * D);
+  flat_ = f(T * n * D);
+  z_ = f(T * M);
+  post_ = f(T * n);
+  comb_ = f(T * n * n);
+  h_ = f(T * D);
+  y_ = f(T * D);
+  qres_ = f(T * int64_t(cfg_.q_lora));
+  q_ = f(T * Hd);
+  kvt_ = f(T * int64_t(cfg_.head_dim));
+  C_ = f(T * cwmax);
+  Z_ = f(T * cwmax);
+  iq_ = f(T * int64_t(cfg_.idx_heads) * cfg_.idx_head_dim);
+  iw_ = f(T * int64_t(cfg_.idx_heads));
+  att_ = f(T * Hd);
+  cat_ = f(T * GO);
+  // Staging: strided quantized rows (the grouped projection) or split-K partials (at most
+  // 32 chunks of 512 per output of a matrix under 1024 rows, see v4::linear).
+  stage_floats_ = std::max<int64_t>(T * (gin + cfg_.o_lora), int64_t(std::max(T, n_logits)) * v4::max_split_partials());
+  stage_ = f(stage_floats_);
+  elog_ = f(T * int64_t(cfg_.experts));
+  wts_ = f(PK);
+  g_ = f(PK * I);
+  u_ = f(PK * I);
+  act_ = f(PK * I);
+  yp_ = f(PK * D);
+  sg_ = f(T * I);
+  su_ = f(T * I);
+  sact_ = f(T * I);
+  shared_ = f(T * D);
+  cap_buf_ = f(T * int64_t(n_cap) * D);
+  rows_ = f(int64_t(n_logits) * n * D);
+  zh_ = f(int64_t(n_logits) * n);
+  hh_ = f(int64_t(n_logits) * D);
+  logits_ = f(int64_t(n_logits) * cfg_.vocab);
+  sel_ = i32(T * int64_t(std::max(cfg_.idx_topk, 1)));
+  nsel_ = i32(T);
+  eid_ = i32(PK);
+  ids_ = i32(n_logits);
+  // Row metadata: tokens, positions, slots, logit rows, 2 job counts, 2 job lists.
+  meta_bytes_ = sizeof(int32_t) * (3 * size_t(T) + n_logits + 2) + sizeof(v4::PoolJob) * 2 * size_t(T);
+  auto* base = static_cast<uint8_t*>(scratch_.alloc(meta_bytes_));
+  meta_.token = reinterpret_cast<int32_t*>(base);
+  meta_.pos = meta_.token + T;
+  meta_.slot = meta_.pos + T;
+  meta_.logit_row = meta_.slot + T;
+  meta_.njobs = meta_.logit_row + n_logits;
+  meta_.jobs_csa = reinterpret_cast<v4::PoolJob*>(meta_.njobs + 2);
+  meta_.jobs_hca = meta_.jobs_csa + T;
+  if (pinned_bytes_ < meta_bytes_) {
+    if (pinned_) cudaFreeHost(pinned_);
+    DSINFER_CUDA_CHECK(cudaMallocHost(&pinned_, meta_bytes_));
+    pinned_bytes_ = meta_bytes_;
+  }
+  scratch_T_ = T;
+  scratch_logits_ = n_logits;
+  scratch_cap_ = n_cap;
+}
+
+void DeepseekV4Cuda::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
+  auto* st = dynamic_cast<V4CudaState*>(&kv_base);
+  if (!st || st->owner() != this) throw Error("forward: KV cache was not created by this model's make_kv_cache");
+  if (batch.capture_to_cache) throw Error("forward: capture_to_cache is not supported by the DeepSeek-V4 CUDA model");
+  const int64_t D = cfg_.hidden, V = cfg_.vocab;
+  auto fail = [&](size_t e, const std::string& why) -> void {
+    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
+  };
+  int64_t T = 0, n_logits = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& en = batch.entries[e];
+    if (en.slot < 0 || en.slot >= st->max_slots()) fail(e, "slot out of range [0, " + std::to_string(st->max_slots()) + ")");
+    for (size_t o = 0; o < e; ++o)
+      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
+    const int64_t n = static_cast<int64_t>(en.tokens.size());
+    if (st->length(en.slot) + n > st->max_tokens())
+      fail(e, "KV cache overflow: " + std::to_string(st->length(en.slot)) + " + " + std::to_string(n) + " tokens > capacity " +
+                  std::to_string(st->max_tokens()));
+    for (int32_t t : en.tokens)
+      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
+    for (int r : en.logit_rows)
+      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+    T += n;
+    n_logits += static_cast<int64_t>(en.logit_rows.size());
+  }
+  for (int c : batch.capture_layers)
+    if (c < -1 || c >= cfg_.layers)
+      throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(cfg_.layers) + ")");
+  const int n_cap = static_cast<int>(batch.capture_layers.size());
+  out.vocab_size = static_cast<int>(V);
+  out.hidden_size = static_cast<int>(D);
+  out.logits.clear();
+  out.captured.assign(static_cast<size_t>(T * n_cap * D), 0.0f);
+  if (ids) ids->assign(static_cast<size_t>(n_logits), 0);
+  if (!ids) out.logits.resize(static_cast<size_t>(n_logits * V));
+  if (T == 0) return;
+
+  ensure_scratch(static_cast<int>(T), static_cast<int>(n_logits), n_cap);
+  // Host staging of the metadata, same layout as meta_.
+  auto* h = static_cast<uint8_t*>(pinned_);
+  const int Ts = scratch_T_, Ls = scratch_logits_;
+  auto* token = reinterpret_cast<int32_t*>(h);
+  int32_t* pos = token + Ts;
+  int32_t* slot = pos + Ts;
+  int32_t* lrow = slot + Ts;
+  int32_t* njobs = lrow + Ls;
+  auto* jobs_csa = reinterpret_cast<v4::PoolJob*>(njobs + 2);
+  v4::PoolJob* jobs_hca = jobs_csa + Ts;
+  njobs[0] = njobs[1] = 0;
+  {
+    int64_t r = 0, lr = 0;
+    for (const ForwardEntry& en : batch.entries) {
+      const int start = st->length(en.slot), n = static_cast<int>(en.tokens.size());
+      for (int r2 : en.logit_rows) lrow[lr++] = static_cast<int32_t>(r + r2);
+      for (int i = 0; i < n; ++i, ++r) {
+        token[r] = en.tokens[i];
+        pos[r] = start + i;
+        slot[r] = en.slot;
+      }
+      for (int w = start / cfg_.rate_csa; w < (start + n) / cfg_.rate_csa; ++w) jobs_csa[njobs[0]++] = {en.slot, w};
+      for (int w = start / cfg_.rate_hca; w < (start + n) / cfg_.rate_hca; ++w) jobs_hca[njobs[1]++] = {en.slot, w};
+    }
+  }
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_.token, pinned_, meta_bytes_, cudaMemcpyHostToDevice, stream_));
+
+  const bool argmax = ids != nullptr;
+  const int Ti = static_cast<int>(T), Li = static_cast<int>(n_logits);
+  auto key = std::make_tuple(static_cast<const void*>(st), Ti, Li, batch.capture_layers, argmax);
+  auto it = graphs_.find(key);
+  if (it != graphs_.end()) {
+    DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+  } else if (opts_.use_graphs && Ti <= 16 && ++seen_[key] >= 2) {
+    cudaGraphExec_t g = capture_graph(stream_, [&] { enqueue(*st, Ti, Li, batch.capture_layers, argmax); },
+                                      "deepseek_v4 forward graph");
+    graphs_[key] = g;
+    DSINFER_CUDA_CHECK(cudaGraphLaunch(g, stream_));
+  } else {
+    enqueue(*st, Ti, Li, batch.capture_layers, argmax);
+  }
+  if (n_cap)
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.captured.data(), cap_buf_, sizeof(float) * out.captured.size(),
+                                       cudaMemcpyDeviceToHost, stream_));
+  if (argmax && n_logits)
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(ids->data(), ids_, sizeof(int32_t) * n_logits, cudaMemcpyDeviceToHost, stream_));
+  if (!argmax && n_logits)
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, sizeof(float) * out.logits.size(),
+                                       cudaMemcpyDeviceToHost, stream_));
+  DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (const ForwardEntry& en : batch.entries)
+    st->set_length(en.slot, st->length(en.slot) + static_cast<int>(en.tokens.size()));
+}
+
+void DeepseekV4Cuda::enqueue(V4CudaState& st, int T, int n_logits, const std::vector<int>& caps, bool argmax) {
+  cudaStream_t s = stream_;
+  const int64_t D = cfg_.hidden, n = cfg_.hc_mult, W = n * D, M = cfg_.hc_mix();
+  const float eps = static_cast<float>(cfg_.eps), hc_eps = static_cast<float>(cfg_.hc_eps);
+  const int n_cap = static_cast<int>(caps.size());
+  const v4::RowMeta rows{meta_.token, meta_.pos, meta_.slot};
+  auto capture = [&](int layer_id) {
+    for (int c = 0; c < n_cap; ++c)
+      if (caps[c] == layer_id) v4::capture_mean(X_, T, static_cast<int>(n), D, cap_buf_ + c * D, n_cap * D, s);
+  };
+  v4::embed_streams(embed_, embed_bf16_, D, rows, T, static_cast<int>(n), X_, s);
+  capture(-1);
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const DevLayer& L = layers_[l];
+    v4::rms_flat(X_, T, W, eps, flat_, s);
+    v4::linear(L.attn_hc_fn, flat_, W, T, z_, M, stage_, stage_floats_, s);
+    v4::hc_pre_mix(z_, {L.attn_hc_base, L.attn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, X_, T, D,
+                   L.in_norm, eps, post_, comb_, h_, s);
+    attention(L, l, st, T);
+    v4::hc_post(post_, comb_, y_, T, static_cast<int>(n), D, X_, s);
+    v4::rms_flat(X_, T, W, eps, flat_, s);
+    v4::linear(L.ffn_hc_fn, flat_, W, T, z_, M, stage_, stage_floats_, s);
+    v4::hc_pre_mix(z_, {L.ffn_hc_base, L.ffn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, X_, T, D,
+                   L.post_norm, eps, post_, comb_, h_, s);
+    moe(L, T);
+    v4::hc_post(post_, comb_, y_, T, static_cast<int>(n), D, X_, s);
+    capture(l);
+  }
+  if (n_logits == 0) return;
+  v4::gather_rows(X_, W, meta_.logit_row, n_logits, rows_, s);
+  v4::rms_flat(rows_, n_logits, W, eps, flat_, s);
+  v4::linear(hc_head_fn_, flat_, W, n_logits, zh_, n, stage_, stage_floats_, s);
+  v4::hc_head_mix(zh_, hc_head_base_, hc_head_scale_, static_cast<int>(n), hc_eps, rows_, n_logits, D, final_norm_, eps,
+                  hh_, s);
+  v4::linear(head_, hh_, D, n_logits, logits_, cfg_.vocab, stage_, stage_floats_, s);
+  if (argmax) v4::argmax_rows(logits_, n_logits, cfg_.vocab, ids_, s);
+}
+
+void DeepseekV4Cuda::attention(const DevLayer& L, int l, V4CudaState& st, int T) {
+  cudaStream_t s = stream_;
+  const int D = cfg_.hidden, H = cfg_.heads, d = cfg_.head_dim, qr = cfg_.q_lora;
+  const int Hd = H * d, half = cfg_.rope_dim / 2;
+  const float eps = static_cast<float>(cfg_.eps);
+  const bool sliding = L.attn == V4Attn::Sliding, csa = L.attn == V4Attn::CSA;
+  const float* inv = sliding ? main_inv_ : compress_inv_;
+  const v4::RowMeta rows{meta_.token, meta_.pos, meta_.slot};
+  const V4CudaState::Layer& S = st.layers[l];
+  const int cap = st.max_tokens();
+
+  v4::linear(L.q_a, h_, D, T, qres_, qr, stage_, stage_floats_, s);
+  v4::rmsnorm_rows(qres_, qr, T, qr, L.q_a_norm, eps, s);
+  v4::linear(L.q_b, qres_, qr, T, q_, Hd, stage_, stage_floats_, s);
+  v4::head_rms_rope(q_, T, H, d, half, inv, meta_.pos, eps, s);
+  v4::linear(L.kv, h_, D, T, kvt_, d, stage_, stage_floats_, s);
+  v4::kv_norm_rope_store(kvt_, T, d, L.kv_norm, eps, half, inv, rows, S.kv, cap, s);
+
+  if (!sliding) {
+    auto compress = [&](const DevCompressor& X, float* raw, float* entries, int ecap) {
+      const int cw = X.width();
+      v4::linear(X.kv, h_, D, T, C_, cw, stage_, stage_floats_, s);
+      v4::linear(X.gate, h_, D, T, Z_, cw, stage_, stage_floats_, s);
+      v4::store_raw(C_, Z_, T, cw, rows, raw, cap, s);
+      const bool at_csa_rate = X.rate == cfg_.rate_csa;
+      v4::pool_windows(raw, cap, entries, ecap, at_csa_rate ? meta_.jobs_csa : meta_.jobs_hca,
+                       meta_.njobs + (at_csa_rate ? 0 : 1), T, X.rate, X.dim, X.overlap, X.pos_bias, X.norm, eps, half,
+                       compress_inv_, s);
+    };
+    compress(L.comp, S.comp_raw, S.comp_entry, S.ecap);
+    if (csa) {
+      compress(L.idx, S.idx_raw, S.idx_entry, S.idx_ecap);
+      const int HI = cfg_.idx_heads, dI = cfg_.idx_head_dim;
+      v4::linear(L.idx_q_b, qres_, qr, T, iq_, HI * dI, stage_, stage_floats_, s);
+      v4::head_rope(iq_, T, HI, dI, half, compress_inv_, meta_.pos, s);
+      v4::linear(L.idx_weights, h_, D, T, iw_, HI, stage_, stage_floats_, s);
+      v4::indexer_topk(iq_, iw_, T, HI, dI, rows, S.idx_entry, S.idx_ecap, L.idx.rate, cfg_.idx_topk, sel_, nsel_, s);
+    }
+  }
+  v4::attention_rows(q_, T, H, d, half, inv, rows, S.kv, cap, cfg_.window, sliding ? 0 : csa ? 1 : 2, S.comp_entry,
+                     S.ecap, sliding ? 1 : L.comp.rate, sel_, nsel_, std::max(cfg_.idx_topk, 1), L.sinks, att_, s);
+  const int G = cfg_.o_groups, orank = cfg_.o_lora, gin = Hd / G;
+  for (int gi = 0; gi < G; ++gi)
+    v4::linear(L.o_a[gi], att_ + gi * gin, Hd, T, cat_ + gi * orank, G * orank, stage_, stage_floats_, s);
+  v4::linear(L.o_b, cat_, G * orank, T, y_, D, stage_, stage_floats_, s);
+}
+
+void DeepseekV4Cuda::moe(const DevLayer& L, int T) {
+  cudaStream_t s = stream_;
+  const int D = cfg_.hidden, E = cfg_.experts, K = cfg_.top_k, I = cfg_.moe_inter;
+  const float limit = static_cast<float>(cfg_.swiglu_limit);
+  v4::linear(L.router, h_, D, T, elog_, E, stage_, stage_floats_, s);
+  v4::moe_route(elog_, T, E, K, cfg_.sigmoid_scores, L.hash ? nullptr : L.score_bias, L.hash ? L.tid2eid : nullptr,
+                meta_.token, static_cast<float>(cfg_.routed_scale), eid_, wts_, s);
+  const int P = T * K;
+  v4::linear_routed(L.ex_gate, eid_, P, h_, K, g_, s);
+  v4::linear_routed(L.ex_up, eid_, P, h_, K, u_, s);
+  v4::swiglu_clamp(g_, u_, static_cast<int64_t>(P) * I, limit, act_, s);
+  v4::linear_routed(L.ex_down, eid_, P, act_, 1, yp_, s);
+  v4::linear(L.sh_gate, h_, D, T, sg_, I, stage_, stage_floats_, s);
+  v4::linear(L.sh_up, h_, D, T, su_, I, stage_, stage_floats_, s);
+  v4::swiglu_clamp(sg_, su_, static_cast<int64_t>(T) * I, limit, sact_, s);
+  v4::linear(L.sh_down, sact_, I, T, shared_, D, stage_, stage_floats_, s);
+  v4::moe_combine(yp_, eid_, wts_, shared_, T, K, D, y_, s);
+}
+
+}  // namespace
+}  // namespace cuda
+
+std::unique_ptr<Model> load_deepseek_v4_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
+  const ModelConfig cfg = load_model_config(model_dir);
+  return std::make_unique<cuda::DeepseekV4Cuda>(cfg, opts);
+}
+
+}  // namespace dsinfer
