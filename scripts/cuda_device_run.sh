@@ -105,6 +105,27 @@ if [[ " $STEPS " == *" v4 "* ]]; then
       "$OUT/v4_graphs_$gr.json" $gr || tail -5 "$OUT/v4.err"
   done
   grep -m2 "deepseek_v4" "$OUT/v4.err"
+  if [ "${V4_NCU:-0}" = 1 ]; then
+    # Kernel time per decode token: three eager forwards of one row (a 1-token prompt, 2 more
+    # tokens), every kernel timed by Nsight Compute, summed by kernel name and divided by 3.
+    NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 400 "$NCU" --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
+      "$DEV/dsinfer" generate --model-path $V4_DIR --device cuda --cuda-graphs off --prompt-ids 5 --max-tokens 3 \
+      > "$OUT/v4_ncu.csv" 2> "$OUT/v4_ncu.err"
+    python3 - "$OUT/v4_ncu.csv" <<'PY'
+import csv, re, sys, collections
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+tot, cnt = collections.Counter(), collections.Counter()
+for r in csv.DictReader(lines):
+    if r.get("Metric Name") != "gpu__time_duration.sum": continue
+    v = float(r["Metric Value"].replace(",", "")); u = r.get("Metric Unit", "ns")
+    us = v / 1e3 if u in ("ns", "nsecond") else v * 1e3 if u in ("ms", "msecond") else v
+    n = re.sub(r"\(.*", "", r["Kernel Name"].replace("(anonymous namespace)::", "").replace("dsinfer::cuda::", "")).replace("void ", "")
+    tot[n] += us; cnt[n] += 1
+print("v4 ncu: %.1f us per token in %d kernels" % (sum(tot.values()) / 3, sum(cnt.values()) // 3))
+for n, us in tot.most_common(25): print("  %-70s %5d launches/token %9.1f us/token" % (n[:70], cnt[n] // 3, us / 3))
+PY
+  fi
 fi
 if [[ " $STEPS " == *" profile "* ]]; then
   # Per-stage decode times (eager, CUDA events between stages): where a token's time goes.

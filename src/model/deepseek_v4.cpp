@@ -46,7 +46,7 @@ std::string gib(uint64_t b) {
   return buf;
 }
 
-class DeepseekV4Model final : public Model {
+class DeepseekV4Model final : public Model, public DeepseekV4Info {
  public:
   DeepseekV4Model(const ModelConfig& cfg, const LoadOptions& opts);
 
@@ -68,9 +68,9 @@ class DeepseekV4Model final : public Model {
   void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override;
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
 
-  const DeepseekV4Config& v4() const { return cfg_; }
-  const V4TensorIndex& index() const { return *index_; }
-  uint64_t weight_bytes() const { return w_.matrix_bytes; }
+  const DeepseekV4Config& v4() const override { return cfg_; }
+  const V4TensorIndex& index() const override { return *index_; }
+  uint64_t weight_bytes() const override { return w_.matrix_bytes; }
 
  private:
   ModelConfig gcfg_;
@@ -251,12 +251,12 @@ std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOption
 }
 
 const DeepseekV4Config* deepseek_v4_config(const Model& m) {
-  const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
+  const auto* v = dynamic_cast<const DeepseekV4Info*>(&m);
   return v ? &v->v4() : nullptr;
 }
 
 const V4TensorIndex* deepseek_v4_index(const Model& m) {
-  const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
+  const auto* v = dynamic_cast<const DeepseekV4Info*>(&m);
   return v ? &v->index() : nullptr;
 }
 
@@ -274,7 +274,7 @@ void deepseek_v4_plan_drafter(const Model& target, const std::string& what, uint
 }
 
 uint64_t deepseek_v4_weight_bytes(const Model& m) {
-  const auto* v = dynamic_cast<const DeepseekV4Model*>(&m);
+  const auto* v = dynamic_cast<const DeepseekV4Info*>(&m);
   return v ? v->weight_bytes() : 0;
 }
 

@@ -24,6 +24,17 @@ class V4TensorIndex;
 
 std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOptions& opts);
 
+// What every DeepSeek-V4 model (the CPU one here, the CUDA one in backend/cuda) tells the
+// DSpark drafter and the helpers below: its parsed config, the tensor index it loaded from
+// and its weight bytes. Found by dynamic_cast, so Model itself stays architecture-free.
+class DeepseekV4Info {
+ public:
+  virtual ~DeepseekV4Info() = default;
+  virtual const DeepseekV4Config& v4() const = 0;
+  virtual const V4TensorIndex& index() const = 0;
+  virtual uint64_t weight_bytes() const = 0;
+};
+
 // The parsed V4 configuration of a model built by load_deepseek_v4 (nullptr otherwise).
 const DeepseekV4Config* deepseek_v4_config(const Model& m);
 // The tensor index the model loaded its weights from (nullptr for a model that is not V4):

@@ -245,38 +245,55 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ float u[];
   __shared__ float pre[8], C[64], red[32];
   const int r = blockIdx.x, M = (2 + n) * n;
-  if (threadIdx.x == 0) {
+  // Warp 0 computes the site's weights: lane l owns comb elements l and l + 32; every row
+  // and column sum runs over its n values in index order, as the CPU's loops.
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
     const float* zr = z + static_cast<int64_t>(r) * M;
     const float* b = site.base;
     const float s0 = site.scale[0], s1 = site.scale[1], s2 = site.scale[2];
-    for (int j = 0; j < n; ++j) {
-      pre[j] = sigmoidf_(zr[j] * s0 + b[j]) + hc_eps;
-      post[r * n + j] = 2.0f * sigmoidf_(zr[n + j] * s1 + b[n + j]);
+    if (lane < n) {
+      pre[lane] = sigmoidf_(zr[lane] * s0 + b[lane]) + hc_eps;
+      post[r * n + lane] = 2.0f * sigmoidf_(zr[n + lane] * s1 + b[n + lane]);
     }
-    for (int a = 0; a < n; ++a) {
+    const int nn = n * n;
+    for (int e = lane; e < nn; e += 32) C[e] = zr[2 * n + e] * s2 + b[2 * n + e];
+    __syncwarp();
+    float v[2];
+    for (int q = 0; q < 2; ++q) {  // row softmax (+ eps)
+      const int e = lane + 32 * q;
+      if (e >= nn) continue;
+      const int a = e / n;
       float mx = -INFINITY;
-      for (int c = 0; c < n; ++c) {
-        C[a * n + c] = zr[2 * n + a * n + c] * s2 + b[2 * n + a * n + c];
-        mx = fmaxf(mx, C[a * n + c]);
-      }
+      for (int c = 0; c < n; ++c) mx = fmaxf(mx, C[a * n + c]);
       float sum = 0.0f;
-      for (int c = 0; c < n; ++c) sum += (C[a * n + c] = expf(C[a * n + c] - mx));
-      for (int c = 0; c < n; ++c) C[a * n + c] = C[a * n + c] / sum + hc_eps;
+      for (int c = 0; c < n; ++c) sum += expf(C[a * n + c] - mx);
+      v[q] = expf(C[e] - mx) / sum + hc_eps;
     }
+    __syncwarp();
+    for (int q = 0; q < 2; ++q)
+      if (lane + 32 * q < nn) C[lane + 32 * q] = v[q];
+    __syncwarp();
     for (int it = 0; it < iters; ++it) {
-      if (it > 0)
-        for (int a = 0; a < n; ++a) {  // rows
-          float s = 0.0f;
-          for (int c = 0; c < n; ++c) s += C[a * n + c];
-          for (int c = 0; c < n; ++c) C[a * n + c] /= (s + hc_eps);
+      for (int pass = it > 0 ? 0 : 1; pass < 2; ++pass) {  // pass 0: rows, pass 1: columns
+        for (int q = 0; q < 2; ++q) {
+          const int e = lane + 32 * q;
+          if (e >= nn) continue;
+          const int a = e / n, c = e - a * n;
+          float sum = 0.0f;
+          if (pass == 0)
+            for (int k = 0; k < n; ++k) sum += C[a * n + k];
+          else
+            for (int k = 0; k < n; ++k) sum += C[k * n + c];
+          v[q] = C[e] / (sum + hc_eps);
         }
-      for (int c = 0; c < n; ++c) {  // columns
-        float s = 0.0f;
-        for (int a = 0; a < n; ++a) s += C[a * n + c];
-        for (int a = 0; a < n; ++a) C[a * n + c] /= (s + hc_eps);
+        __syncwarp();
+        for (int q = 0; q < 2; ++q)
+          if (lane + 32 * q < nn) C[lane + 32 * q] = v[q];
+        __syncwarp();
       }
     }
-    for (int i = 0; i < n * n; ++i) comb[static_cast<int64_t>(r) * n * n + i] = C[i];
+    for (int e = lane; e < nn; e += 32) comb[static_cast<int64_t>(r) * nn + e] = C[e];
   }
   __syncthreads();
   mix_and_norm(pre, n, X + static_cast<int64_t>(r) * n * D, D, norm_w, eps, u, h + static_cast<int64_t>(r) * D, red);

@@ -31,10 +31,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/cuda/cuda_quant_gemv.h"
 #include "backend/cuda/cuda_v4_kernels.h"
 #include "core/error.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "model/config.h"
+#include "model/deepseek_v4.h"
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/rope_params.h"
@@ -93,6 +95,9 @@ uint64_t scale_bytes(const QuantWeightView& q) {
 v4::DevLinear::Kind kind_of(const V4Linear& w) {
   if (w.quantized) return w.quant.format == QuantFormat::Fp4Group32 ? v4::DevLinear::FP4 : v4::DevLinear::FP8;
   return w.plain.dtype == DType::BF16 ? v4::DevLinear::BF16 : v4::DevLinear::F32;
+}
+QuantDeviceMatrix quant_matrix(const V4Linear& w) {
+  return {w.quant.format, w.quant.data, w.quant.scales, w.quant.rows, w.quant.cols};
 }
 uint64_t plain_bytes(const WeightView& w) { return static_cast<uint64_t>(w.rows * w.cols) * dtype_size(w.dtype); }
 
@@ -165,7 +170,7 @@ class V4CudaState final : public KVCache {
   std::vector<int> len_;
 };
 
-class DeepseekV4Cuda final : public Model {
+class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
  public:
   DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opts);
   ~DeepseekV4Cuda() override {
@@ -201,6 +206,9 @@ class DeepseekV4Cuda final : public Model {
     v4_matmul(normed.data(), n, hw_.head, logits);
   }
   uint64_t decode_weight_bytes() const override { return decode_bytes_; }
+  const DeepseekV4Config& v4() const override { return cfg_; }
+  const V4TensorIndex& index() const override { return *index_; }
+  uint64_t weight_bytes() const override { return hw_.matrix_bytes; }
 
  private:
   v4::DevLinear up(const V4Linear& w);
@@ -365,6 +373,11 @@ v4::DevLinear DeepseekV4Cuda::up(const V4Linear& w) {
   d.rows = w.rows();
   d.cols = w.cols();
   if (w.quantized) {
+    try {
+      check_quant_gemv_shape(quant_matrix(w));
+    } catch (const Error& e) {
+      throw Error(gcfg_.model_dir + ": DeepSeek-V4 (cuda): " + e.what());
+    }
     d.w = weights_.upload(w.quant.data, code_bytes(w.quant));
     d.scales = weights_.upload(w.quant.scales, scale_bytes(w.quant));
   } else {
@@ -408,6 +421,13 @@ v4::DevLinear DeepseekV4Cuda::up_experts(const std::vector<V4Expert>& ex, const 
   auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(sb * ex.size())) : nullptr;
   for (size_t e = 0; e < ex.size(); ++e) {
     const V4Linear& w = ex[e].*which;
+    if (w.quantized && e == 0) {
+      try {
+        check_quant_gemv_shape(quant_matrix(w));
+      } catch (const Error& err) {
+        throw Error(gcfg_.model_dir + ": DeepSeek-V4 (cuda) experts: " + err.what());
+      }
+    }
     if (kind_of(w) != d.kind || w.rows() != d.rows || w.cols() != d.cols)
       throw Error("DeepSeek-V4 (cuda): expert " + std::to_string(e) +
                   " is stored in another format than expert 0 of its layer; the CUDA backend packs a layer's experts "
