@@ -212,119 +212,47 @@ __global__ void capture_mean_kernel(const float* X, int T, int nhc, int64_t D, f
   dst[r * ld + k] = acc / static_cast<float>(nhc);
 }
 
-__global__ void __launch_bounds__(kThreads) rms_flat_kernel(const float* X, int64_t W, float eps, float* flat) {
-  __shared__ double red[32];
-  const float* x = X + blockIdx.x * W;
-  double ss = 0.0;
-  for (int64_t i = threadIdx.x; i < W; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
-  ss = block_sum(ss, red);
-  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(W) + static_cast<double>(eps)));
-  for (int64_t i = threadIdx.x; i < W; i += blockDim.x) flat[blockIdx.x * W + i] = x[i] * inv;
-}
-
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// u = sum_j pre_j X[r, j] into shared memory, then h = w * (u * inv_rms(u)).
-__device__ void mix_and_norm(const float* pre, int n, const float* Xr, int64_t D, const float* norm_w, float eps,
-                             float* u, float* h, float* red) {
-  float ss = 0.0f;
-  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
-    float acc = 0.0f;
-    for (int j = 0; j < n; ++j) acc += pre[j] * Xr[j * D + k];
-    u[k] = acc;
-    ss += acc * acc;
+// The MoE output of (row r, column d): sum over k in ascending expert id (stable: equal ids
+// keep k order) of wts * yp, then + shared, as the CPU.
+__device__ __forceinline__ float moe_value(const float* yp, const int32_t* eid, const float* wts, const float* shared,
+                                           int K, int64_t D, int64_t r, int64_t d) {
+  const int32_t* ir = eid + r * K;
+  float o = 0.0f;
+  int last_e = -1, last_k = -1;
+  for (int done = 0; done < K; ++done) {
+    int bk = -1;
+    for (int k = 0; k < K; ++k) {
+      const bool after = ir[k] > last_e || (ir[k] == last_e && k > last_k);
+      if (after && (bk < 0 || ir[k] < ir[bk])) bk = k;
+    }
+    const float c = yp[(r * K + bk) * D + d] * wts[r * K + bk];
+    o += c;
+    last_e = ir[bk];
+    last_k = bk;
   }
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-  for (int64_t k = threadIdx.x; k < D; k += blockDim.x) h[k] = norm_w[k] * (u[k] * inv);
+  return o + shared[r * D + d];
 }
 
-__global__ void __launch_bounds__(kThreads)
-    hc_pre_mix_kernel(const float* z, HcSite site, int n, int iters, float hc_eps, const float* X, int64_t D,
-                      const float* norm_w, float eps, float* post, float* comb, float* h) {
-  extern __shared__ float u[];
-  __shared__ float pre[8], C[64], red[32];
-  const int r = blockIdx.x, M = (2 + n) * n;
-  // Warp 0 computes the site's weights: lane l owns comb elements l and l + 32; every row
-  // and column sum runs over its n values in index order, as the CPU's loops.
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const float* zr = z + static_cast<int64_t>(r) * M;
-    const float* b = site.base;
-    const float s0 = site.scale[0], s1 = site.scale[1], s2 = site.scale[2];
-    if (lane < n) {
-      pre[lane] = sigmoidf_(zr[lane] * s0 + b[lane]) + hc_eps;
-      post[r * n + lane] = 2.0f * sigmoidf_(zr[n + lane] * s1 + b[n + lane]);
-    }
-    const int nn = n * n;
-    for (int e = lane; e < nn; e += 32) C[e] = zr[2 * n + e] * s2 + b[2 * n + e];
-    __syncwarp();
-    float v[2];
-    for (int q = 0; q < 2; ++q) {  // row softmax (+ eps)
-      const int e = lane + 32 * q;
-      if (e >= nn) continue;
-      const int a = e / n;
-      float mx = -INFINITY;
-      for (int c = 0; c < n; ++c) mx = fmaxf(mx, C[a * n + c]);
-      float sum = 0.0f;
-      for (int c = 0; c < n; ++c) sum += expf(C[a * n + c] - mx);
-      v[q] = expf(C[e] - mx) / sum + hc_eps;
-    }
-    __syncwarp();
-    for (int q = 0; q < 2; ++q)
-      if (lane + 32 * q < nn) C[lane + 32 * q] = v[q];
-    __syncwarp();
-    for (int it = 0; it < iters; ++it) {
-      for (int pass = it > 0 ? 0 : 1; pass < 2; ++pass) {  // pass 0: rows, pass 1: columns
-        for (int q = 0; q < 2; ++q) {
-          const int e = lane + 32 * q;
-          if (e >= nn) continue;
-          const int a = e / n, c = e - a * n;
-          float sum = 0.0f;
-          if (pass == 0)
-            for (int k = 0; k < n; ++k) sum += C[a * n + k];
-          else
-            for (int k = 0; k < n; ++k) sum += C[k * n + c];
-          v[q] = C[e] / (sum + hc_eps);
-        }
-        __syncwarp();
-        for (int q = 0; q < 2; ++q)
-          if (lane + 32 * q < nn) C[lane + 32 * q] = v[q];
-        __syncwarp();
-      }
-    }
-    for (int e = lane; e < nn; e += 32) comb[static_cast<int64_t>(r) * nn + e] = C[e];
-  }
-  __syncthreads();
-  mix_and_norm(pre, n, X + static_cast<int64_t>(r) * n * D, D, norm_w, eps, u, h + static_cast<int64_t>(r) * D, red);
-}
-
+// X[r, k] = post_k * y + sum_j comb[j][k] X[r, j]; y is the sub-block output, or (yp != null)
+// the MoE output formed here from the experts' rows (moe_combine fused in).
 __global__ void hc_post_kernel(const float* post, const float* comb, const float* y, int T, int n, int64_t D,
-                               float* X) {
+                               float* X, const float* yp, const int32_t* eid, const float* wts, const float* shared,
+                               int K) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * D) return;
   const int64_t r = i / D, d = i - r * D;
   float old[8];
   float* xr = X + r * n * D;
   for (int j = 0; j < n; ++j) old[j] = xr[j * D + d];
+  const float yv = yp ? moe_value(yp, eid, wts, shared, K, D, r, d) : y[r * D + d];
   const float* C = comb + r * n * n;
   for (int k = 0; k < n; ++k) {
     float acc = 0.0f;
     for (int j = 0; j < n; ++j) acc += C[j * n + k] * old[j];
-    xr[k * D + d] = post[r * n + k] * y[r * D + d] + acc;
+    xr[k * D + d] = post[r * n + k] * yv + acc;
   }
-}
-
-__global__ void __launch_bounds__(kThreads)
-    hc_head_mix_kernel(const float* z, const float* base, const float* scale, int n, float hc_eps, const float* Xrows,
-                       int64_t D, const float* norm_w, float eps, float* h) {
-  extern __shared__ float u[];
-  __shared__ float pre[8], red[32];
-  const int r = blockIdx.x;
-  if (threadIdx.x < n) pre[threadIdx.x] = sigmoidf_(z[r * n + threadIdx.x] * scale[0] + base[threadIdx.x]) + hc_eps;
-  __syncthreads();
-  mix_and_norm(pre, n, Xrows + static_cast<int64_t>(r) * n * D, D, norm_w, eps, u, h + static_cast<int64_t>(r) * D,
-               red);
 }
 
 __global__ void gather_rows_kernel(const float* src, int64_t width, const int32_t* idx, int n, float* dst) {
@@ -332,6 +260,121 @@ __global__ void gather_rows_kernel(const float* src, int64_t width, const int32_
   if (i >= n * width) return;
   const int64_t r = i / width, k = i - r * width;
   dst[i] = src[static_cast<int64_t>(idx[r]) * width + k];
+}
+
+// ---- mHC, wide form: every row spread over many blocks ------------------------------------------
+
+// parts[t * nc + c] = sum of squares (double) of X[t, c * chunk .. (c + 1) * chunk).
+__global__ void __launch_bounds__(kThreads) sumsq_parts_kernel(const float* X, int64_t W, int64_t chunk, double* parts) {
+  __shared__ double red[32];
+  const int c = blockIdx.x, t = blockIdx.y;
+  const float* x = X + t * W;
+  const int64_t lo = c * chunk, hi = min(W, lo + chunk);
+  double ss = 0.0;
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) ss += static_cast<double>(x[i]) * x[i];
+  ss = block_sum(ss, red);
+  if (threadIdx.x == 0) parts[static_cast<int64_t>(t) * gridDim.x + c] = ss;
+}
+
+// 1 / rms of a row from its chunk sums (in chunk order).
+__device__ __forceinline__ float inv_rms_from_parts(const double* parts, int nc, int64_t W, float eps) {
+  double s = 0.0;
+  for (int c = 0; c < nc; ++c) s += parts[c];
+  return static_cast<float>(1.0 / sqrt(s / static_cast<double>(W) + static_cast<double>(eps)));
+}
+
+// One mHC site over row t, columns [blockIdx.x * 256, +256): zr = z_raw * inv_rms(X) (the
+// projection of the normalised streams), pre = sigmoid(zr * s0 + b) + eps, u = sum_j pre_j X_j
+// and the block's sum of squares of u into uparts. Block 0 of the row also writes post and
+// comb (Sinkhorn on its warp 1) for hc_post. head: the final collapse (pre from
+// zr * scale[0] + base, no post/comb).
+__global__ void __launch_bounds__(kThreads)
+    hc_mix_kernel(const float* z, HcSite site, int n, int iters, float hc_eps, const double* xparts, int xnc,
+                  const float* X, int64_t D, float eps, bool head, float* u, float* uparts, float* post, float* comb) {
+  __shared__ float pre[8], C[64], red[32];
+  const int t = blockIdx.y;
+  const int M = head ? n : (2 + n) * n;
+  const float inv = inv_rms_from_parts(xparts + static_cast<int64_t>(t) * xnc, xnc, n * D, eps);
+  const float* zr = z + static_cast<int64_t>(t) * M;
+  const float* b = site.base;
+  if (threadIdx.x < n) pre[threadIdx.x] = sigmoidf_(zr[threadIdx.x] * inv * site.scale[0] + b[threadIdx.x]) + hc_eps;
+  if (!head && blockIdx.x == 0 && threadIdx.x >= 32 && threadIdx.x < 64) {
+    // post and comb (warp 1): lane l owns comb elements l and l + 32; row and column sums
+    // run over their n values in index order, as the CPU's loops.
+    const int lane = threadIdx.x - 32;
+    const float s1 = site.scale[1], s2 = site.scale[2];
+    if (lane < n) post[t * n + lane] = 2.0f * sigmoidf_(zr[n + lane] * inv * s1 + b[n + lane]);
+    const int nn = n * n;
+    for (int e = lane; e < nn; e += 32) C[e] = zr[2 * n + e] * inv * s2 + b[2 * n + e];
+    __syncwarp();
+    float v0 = 0.0f, v1 = 0.0f;
+    auto softmax_el = [&](int e) {
+      const int a = e / n;
+      float mx = -INFINITY;
+      for (int c = 0; c < n; ++c) mx = fmaxf(mx, C[a * n + c]);
+      float sum = 0.0f;
+      for (int c = 0; c < n; ++c) sum += expf(C[a * n + c] - mx);
+      return expf(C[e] - mx) / sum + hc_eps;
+    };
+    if (lane < nn) v0 = softmax_el(lane);
+    if (lane + 32 < nn) v1 = softmax_el(lane + 32);
+    __syncwarp();
+    if (lane < nn) C[lane] = v0;
+    if (lane + 32 < nn) C[lane + 32] = v1;
+    __syncwarp();
+    auto norm_el = [&](int e, bool rows) {
+      const int a = e / n, c = e - a * n;
+      float sum = 0.0f;
+      if (rows)
+        for (int k = 0; k < n; ++k) sum += C[a * n + k];
+      else
+        for (int k = 0; k < n; ++k) sum += C[k * n + c];
+      return C[e] / (sum + hc_eps);
+    };
+    for (int it = 0; it < iters; ++it)
+      for (int pass = it > 0 ? 0 : 1; pass < 2; ++pass) {  // pass 0: rows, pass 1: columns
+        if (lane < nn) v0 = norm_el(lane, pass == 0);
+        if (lane + 32 < nn) v1 = norm_el(lane + 32, pass == 0);
+        __syncwarp();
+        if (lane < nn) C[lane] = v0;
+        if (lane + 32 < nn) C[lane + 32] = v1;
+        __syncwarp();
+      }
+    for (int e = lane; e < nn; e += 32) comb[static_cast<int64_t>(t) * nn + e] = C[e];
+  }
+  __syncthreads();
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float ss = 0.0f;
+  if (k < D) {
+    const float* xr = X + static_cast<int64_t>(t) * n * D;
+    float acc = 0.0f;
+    for (int j = 0; j < n; ++j) acc += pre[j] * xr[j * D + k];
+    u[static_cast<int64_t>(t) * D + k] = acc;
+    ss = acc * acc;
+  }
+  ss = block_sum(ss, red);
+  if (threadIdx.x == 0) uparts[static_cast<int64_t>(t) * gridDim.x + blockIdx.x] = ss;
+}
+
+// h[t] = w * (u[t] * inv_rms(u[t])), the rms from the row's block sums in block order.
+__global__ void __launch_bounds__(kThreads)
+    hc_norm_kernel(const float* u, const float* uparts, int unc, int64_t D, const float* w, float eps, float* h) {
+  const int t = blockIdx.y;
+  float s = 0.0f;
+  for (int c = 0; c < unc; ++c) s += uparts[static_cast<int64_t>(t) * unc + c];
+  const float inv = 1.0f / sqrtf(s / static_cast<float>(D) + eps);
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < D) h[static_cast<int64_t>(t) * D + k] = w[k] * (u[static_cast<int64_t>(t) * D + k] * inv);
+}
+
+// act[p, i] = silu(min(g, limit)) * clamp(u, -limit, limit) from rows [g | u] of width 2I.
+__global__ void swiglu_rows_kernel(const float* gu, int64_t n, int64_t I, float limit, float* act) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * I) return;
+  const int64_t p = i / I, k = i - p * I;
+  const float gg = fminf(gu[p * 2 * I + k], limit);
+  const float uu = fmaxf(fminf(gu[p * 2 * I + I + k], limit), -limit);
+  act[i] = gg / (1.0f + expf(-gg)) * uu;
 }
 
 // ---- attention pieces --------------------------------------------------------------------------
@@ -365,14 +408,15 @@ __global__ void head_rms_rope_kernel(float* q, int T, int H, int d, int half, co
   rope_tail(qh, d, half, inv, pos[r], 1.0f, lane, 32);
 }
 
-__global__ void __launch_bounds__(128) kv_norm_rope_store_kernel(const float* kv, int d, const float* w, float eps,
+__global__ void __launch_bounds__(128) kv_norm_rope_store_kernel(const float* kv, int64_t ld, int d, const float* w,
+                                                                  float eps,
                                                                   int half, const float* inv, RowMeta rows, float* state,
                                                                   int cap) {
   extern __shared__ float row[];
   __shared__ float red[32];
   const int r = blockIdx.x;
   const int slot = rows.slot[r], p = rows.pos[r];
-  const float* x = kv + static_cast<int64_t>(r) * d;
+  const float* x = kv + static_cast<int64_t>(r) * ld;
   float ss = 0.0f;
   for (int k = threadIdx.x; k < d; k += blockDim.x) ss += x[k] * x[k];
   ss = block_sum(ss, red);
@@ -385,13 +429,14 @@ __global__ void __launch_bounds__(128) kv_norm_rope_store_kernel(const float* kv
   for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = row[k];
 }
 
-__global__ void store_raw_kernel(const float* C, const float* Z, int T, int cw, RowMeta rows, float* raw, int cap) {
+__global__ void store_raw_kernel(const float* C, const float* Z, int64_t ld, int T, int cw, RowMeta rows, float* raw,
+                                 int cap) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(T) * cw) return;
   const int64_t r = i / cw, k = i - r * cw;
   float* dst = raw + (static_cast<int64_t>(rows.slot[r]) * cap + rows.pos[r]) * 2 * cw;
-  dst[k] = C[i];
-  dst[cw + k] = Z[i];
+  dst[k] = C[r * ld + k];
+  dst[cw + k] = Z[r * ld + k];
 }
 
 __global__ void __launch_bounds__(128)
@@ -631,31 +676,6 @@ __global__ void swiglu_clamp_kernel(const float* g, const float* u, int64_t n, f
   act[i] = gg / (1.0f + expf(-gg)) * uu;
 }
 
-__global__ void moe_combine_kernel(const float* yp, const int32_t* eid, const float* wts, const float* shared, int T,
-                                   int K, int64_t D, float* out) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= T * D) return;
-  const int64_t r = i / D, d = i - r * D;
-  const int32_t* ir = eid + r * K;
-  float o = 0.0f;
-  // k in ascending expert id (stable: equal ids keep k order), as the CPU.
-  int done = 0;
-  int last_e = -1, last_k = -1;
-  while (done < K) {
-    int bk = -1;
-    for (int k = 0; k < K; ++k) {
-      const bool after = ir[k] > last_e || (ir[k] == last_e && k > last_k);
-      if (after && (bk < 0 || ir[k] < ir[bk])) bk = k;
-    }
-    const float c = yp[(r * K + bk) * D + d] * wts[r * K + bk];
-    o += c;
-    last_e = ir[bk];
-    last_k = bk;
-    ++done;
-  }
-  out[i] = o + shared[i];
-}
-
 __global__ void __launch_bounds__(kThreads) argmax_rows_kernel(const float* logits, int V, int32_t* ids) {
   __shared__ float bv[kThreads];
   __shared__ int bi[kThreads];
@@ -769,34 +789,17 @@ void capture_mean(const float* X, int T, int nhc, int64_t D, float* dst, int64_t
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
-void rms_flat(const float* X, int T, int64_t W, float eps, float* flat, cudaStream_t s) {
-  if (T <= 0) return;
-  rms_flat_kernel<<<T, kThreads, 0, s>>>(X, W, eps, flat);
-  DSINFER_CUDA_CHECK(cudaGetLastError());
-}
-
-void hc_pre_mix(const float* z, HcSite site, int n, int iters, float hc_eps, const float* X, int T, int64_t D,
-                const float* norm_w, float eps, float* post, float* comb, float* h, cudaStream_t s) {
-  if (T <= 0) return;
-  const size_t smem = sizeof(float) * D;
-  static std::once_flag once;
-  std::call_once(once, [] { opt_in_smem(reinterpret_cast<const void*>(hc_pre_mix_kernel), 200 * 1024); });
-  hc_pre_mix_kernel<<<T, kThreads, smem, s>>>(z, site, n, iters, hc_eps, X, D, norm_w, eps, post, comb, h);
-  DSINFER_CUDA_CHECK(cudaGetLastError());
-}
-
 void hc_post(const float* post, const float* comb, const float* y, int T, int n, int64_t D, float* X, cudaStream_t s) {
   if (T <= 0) return;
-  hc_post_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(post, comb, y, T, n, D, X);
+  hc_post_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(post, comb, y, T, n, D, X, nullptr, nullptr, nullptr, nullptr,
+                                                         0);
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
-void hc_head_mix(const float* z, const float* base, const float* scale, int n, float hc_eps, const float* Xrows,
-                 int n_rows, int64_t D, const float* norm_w, float eps, float* h, cudaStream_t s) {
-  if (n_rows <= 0) return;
-  static std::once_flag once;
-  std::call_once(once, [] { opt_in_smem(reinterpret_cast<const void*>(hc_head_mix_kernel), 200 * 1024); });
-  hc_head_mix_kernel<<<n_rows, kThreads, sizeof(float) * D, s>>>(z, base, scale, n, hc_eps, Xrows, D, norm_w, eps, h);
+void hc_post_moe(const float* post, const float* comb, const float* yp, const int32_t* eid, const float* wts,
+                 const float* shared, int K, int T, int n, int64_t D, float* X, cudaStream_t s) {
+  if (T <= 0) return;
+  hc_post_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(post, comb, nullptr, T, n, D, X, yp, eid, wts, shared, K);
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -827,16 +830,17 @@ void head_rope(float* q, int T, int H, int d, int half, const float* inv, const 
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
-void kv_norm_rope_store(const float* kv, int T, int d, const float* w, float eps, int half, const float* inv,
-                        RowMeta rows, float* state, int cap, cudaStream_t s) {
+void kv_norm_rope_store(const float* kv, int64_t ld, int T, int d, const float* w, float eps, int half,
+                        const float* inv, RowMeta rows, float* state, int cap, cudaStream_t s) {
   if (T <= 0) return;
-  kv_norm_rope_store_kernel<<<T, 128, sizeof(float) * d, s>>>(kv, d, w, eps, half, inv, rows, state, cap);
+  kv_norm_rope_store_kernel<<<T, 128, sizeof(float) * d, s>>>(kv, ld, d, w, eps, half, inv, rows, state, cap);
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
-void store_raw(const float* C, const float* Z, int T, int cw, RowMeta rows, float* raw, int cap, cudaStream_t s) {
+void store_raw(const float* C, const float* Z, int64_t ld, int T, int cw, RowMeta rows, float* raw, int cap,
+               cudaStream_t s) {
   if (T <= 0) return;
-  store_raw_kernel<<<blocks_for(static_cast<int64_t>(T) * cw), kThreads, 0, s>>>(C, Z, T, cw, rows, raw, cap);
+  store_raw_kernel<<<blocks_for(static_cast<int64_t>(T) * cw), kThreads, 0, s>>>(C, Z, ld, T, cw, rows, raw, cap);
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -895,10 +899,31 @@ void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float*
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 
-void moe_combine(const float* yp, const int32_t* eid, const float* wts, const float* shared, int T, int K, int64_t D,
-                 float* out, cudaStream_t s) {
+int sumsq_chunks(int64_t W) { return static_cast<int>((W + 1023) / 1024); }
+
+void sumsq_parts(const float* X, int T, int64_t W, double* parts, cudaStream_t s) {
   if (T <= 0) return;
-  moe_combine_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(yp, eid, wts, shared, T, K, D, out);
+  sumsq_parts_kernel<<<dim3(sumsq_chunks(W), T), kThreads, 0, s>>>(X, W, 1024, parts);
+  DSINFER_CUDA_CHECK(cudaGetLastError());
+}
+
+int mix_blocks(int64_t D) { return static_cast<int>((D + kThreads - 1) / kThreads); }
+
+void hc_site(const float* z, HcSite site, int n, int iters, float hc_eps, const double* xparts, const float* X, int T,
+             int64_t D, const float* norm_w, float eps, bool head, float* u, float* uparts, float* post, float* comb,
+             float* h, cudaStream_t s) {
+  if (T <= 0) return;
+  const dim3 grid(mix_blocks(D), T);
+  hc_mix_kernel<<<grid, kThreads, 0, s>>>(z, site, n, iters, hc_eps, xparts, sumsq_chunks(n * D), X, D, eps, head, u,
+                                          uparts, post, comb);
+  DSINFER_CUDA_CHECK(cudaGetLastError());
+  hc_norm_kernel<<<grid, kThreads, 0, s>>>(u, uparts, mix_blocks(D), D, norm_w, eps, h);
+  DSINFER_CUDA_CHECK(cudaGetLastError());
+}
+
+void swiglu_rows(const float* gu, int64_t n, int64_t I, float limit, float* act, cudaStream_t s) {
+  if (n <= 0) return;
+  swiglu_rows_kernel<<<blocks_for(n * I), kThreads, 0, s>>>(gu, n, I, limit, act);
   DSINFER_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -4,14 +4,17 @@
 // with 128x128 scales or FP4 E2M1 with per-32 scales, dequantised inside the kernels).
 //
 // Data flow of one layer (T rows of one forward, all on the device, no host round trip):
-//   X [T, n_hc, D] -> rms_flat -> linear(hc_fn) -> hc_pre_mix (Sinkhorn, u, RMSNorm) -> h
-//   h -> linear(q_a) -> rmsnorm_rows -> linear(q_b) -> head_rms_rope             (queries)
-//   h -> linear(kv) -> kv_norm_rope_store                       (K=V row into the state)
-//   CSA/HCA: h -> linear(C), linear(Z) -> store_raw -> pool_windows  (compressed entries)
+//   X [T, n_hc, D] -> sumsq_parts, linear(hc_fn) on X -> hc_site (1/rms, Sinkhorn, u, RMSNorm) -> h
+//   h -> linear([q_a | kv | C | Z | C_I | Z_I]) (every projection of h in one launch where
+//        the formats allow)
+//   q_a rows -> rmsnorm_rows -> linear(q_b) -> head_rms_rope                     (queries)
+//   kv rows -> kv_norm_rope_store                               (K=V row into the state)
+//   CSA/HCA: C, Z rows -> store_raw -> pool_windows                  (compressed entries)
 //   CSA: qres -> linear(idx_q_b), h -> linear(idx_w) -> indexer_topk     (selected entries)
 //   attention_rows (window rows + entries, learned sink, inverse RoPE) -> grouped o_a, o_b
-//   -> hc_post; the same mHC site around the MoE: linear(router) -> moe_route (top-k or
-//   hash) -> linear_routed(gate, up) -> swiglu_clamp -> linear_routed(down) -> moe_combine.
+//   (all groups in one routed launch) -> hc_post; the same mHC site around the MoE:
+//   linear(router) -> moe_route (top-k or hash) -> linear_routed(gate|up) -> swiglu_rows ->
+//   linear_routed(down) -> hc_post_moe (the weighted expert rows + shared, then the mix-back).
 // Every reduction runs in an order fixed by the row alone (never by T or by the launch), so
 // a token's result does not depend on what else shares the forward (batch invariance).
 //
@@ -56,23 +59,24 @@ struct RowMeta {
 void embed_streams(const void* emb, bool bf16, int64_t D, RowMeta rows, int T, int nhc, float* X, cudaStream_t s);
 // dst[r * ld + :D] = mean over the n_hc streams of X[r] (summed in stream order).
 void capture_mean(const float* X, int T, int nhc, int64_t D, float* dst, int64_t ld, cudaStream_t s);
-// flat[r] = X[r] / rms(X[r]) over W values (no weight), sum of squares in double.
-void rms_flat(const float* X, int T, int64_t W, float eps, float* flat, cudaStream_t s);
-
 struct HcSite {
   const float* base = nullptr;   // [(2 + n) n]
   const float* scale = nullptr;  // [3]
 };
-// From z [T, (2+n)n] (the site's projection of flat): pre, post [T, n], comb [T, n, n]
-// (Sinkhorn), then h[r] = rmsnorm(sum_j pre_j X[r, j]) * norm_w.
-void hc_pre_mix(const float* z, HcSite site, int n, int iters, float hc_eps, const float* X, int T, int64_t D,
-                const float* norm_w, float eps, float* post, float* comb, float* h, cudaStream_t s);
+// An mHC site, every row spread over many blocks (one block per row was latency-bound: 17-29
+// us per call for n*D = 16384 values on the H200): sumsq_parts gives each row's sum of
+// squares in sumsq_chunks(W) chunk sums (double); the site's projection runs on X itself
+// (z_raw, no normalised copy), and hc_site scales it by the row's 1/rms (the same value up to
+// rounding: the rms is a per-row scalar), forms pre (and, not head, post + comb), u = sum_j
+// pre_j X_j with per-block sums of squares (uparts: T x ceil(D/256) floats), then h = w *
+// (u * inv_rms(u)). head: the final collapse (pre from z * scale[0] + base; no post/comb).
+int sumsq_chunks(int64_t W);
+void sumsq_parts(const float* X, int T, int64_t W, double* parts, cudaStream_t s);
+void hc_site(const float* z_raw, HcSite site, int n, int iters, float hc_eps, const double* xparts, const float* X, int T,
+             int64_t D, const float* norm_w, float eps, bool head, float* u, float* uparts, float* post, float* comb,
+             float* h, cudaStream_t s);
 // X[r, k] = post[r, k] * y[r] + sum_j comb[r, j, k] X[r, j] (in place).
 void hc_post(const float* post, const float* comb, const float* y, int T, int n, int64_t D, float* X, cudaStream_t s);
-// h[i] = rmsnorm(sum_j pre_j X[i, j]) * norm_w, pre_j = sigmoid(z[i, j] * scale[0] + base[j]) + hc_eps,
-// for the n_rows rows of X listed in rows_idx (the logit rows).
-void hc_head_mix(const float* z, const float* base, const float* scale, int n, float hc_eps, const float* Xrows,
-                 int n_rows, int64_t D, const float* norm_w, float eps, float* h, cudaStream_t s);
 // dst[i, :] = src[idx[i], :] (width floats).
 void gather_rows(const float* src, int64_t width, const int32_t* idx, int n, float* dst, cudaStream_t s);
 
@@ -83,11 +87,13 @@ void head_rms_rope(float* q, int T, int H, int d, int half, const float* inv, co
                    cudaStream_t s);
 // Per row: RoPE only, on every head's tail (the indexer's queries).
 void head_rope(float* q, int T, int H, int d, int half, const float* inv, const int32_t* pos, cudaStream_t s);
-// kv [T, d]: RMSNorm with w, RoPE, stored at the state row (slot, pos) of `state` (cap rows per slot).
-void kv_norm_rope_store(const float* kv, int T, int d, const float* w, float eps, int half, const float* inv,
-                        RowMeta rows, float* state, int cap, cudaStream_t s);
-// raw row (slot, pos) = C[r] | Z[r] (width cw each).
-void store_raw(const float* C, const float* Z, int T, int cw, RowMeta rows, float* raw, int cap, cudaStream_t s);
+// kv rows [T, d] (row stride ld): RMSNorm with w, RoPE, stored at the state row (slot, pos) of
+// `state` (cap rows per slot).
+void kv_norm_rope_store(const float* kv, int64_t ld, int T, int d, const float* w, float eps, int half,
+                        const float* inv, RowMeta rows, float* state, int cap, cudaStream_t s);
+// raw row (slot, pos) = C[r] | Z[r] (width cw each; C and Z rows ld apart).
+void store_raw(const float* C, const float* Z, int64_t ld, int T, int cw, RowMeta rows, float* raw, int cap,
+               cudaStream_t s);
 
 // One window to pool: entry w of slot.
 struct PoolJob {
@@ -124,10 +130,12 @@ void moe_route(const float* logits, int T, int E, int K, bool sigmoid, const flo
                const int32_t* tokens, float routed_scale, int32_t* eid, float* wts, cudaStream_t s);
 // act = silu(min(g, limit)) * clamp(u, -limit, limit), n values.
 void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float* act, cudaStream_t s);
-// out[r] = sum over k in ascending expert id of (wts[r, k] * yp[r * K + k]) + shared[r].
-void moe_combine(const float* yp, const int32_t* eid, const float* wts, const float* shared, int T, int K, int64_t D,
-                 float* out, cudaStream_t s);
-
+// The same from rows [g | u] of width 2I (a fused gate|up projection): act [n, I].
+void swiglu_rows(const float* gu, int64_t n, int64_t I, float limit, float* act, cudaStream_t s);
+// hc_post with y = the MoE output formed in place: per (row, column) the sum over k in
+// ascending expert id of wts[r, k] * yp[r * K + k] (yp: [T * K, D]), then + shared[r].
+void hc_post_moe(const float* post, const float* comb, const float* yp, const int32_t* eid, const float* wts,
+                 const float* shared, int K, int T, int n, int64_t D, float* X, cudaStream_t s);
 // ids[i] = argmax of row i of logits [n, V] (lowest index on ties).
 void argmax_rows(const float* logits, int n, int V, int32_t* ids, cudaStream_t s);
 

@@ -117,15 +117,23 @@ struct DevLayer {
   float *attn_hc_base = nullptr, *attn_hc_scale = nullptr, *ffn_hc_base = nullptr, *ffn_hc_scale = nullptr;
   float *in_norm = nullptr, *post_norm = nullptr;
   v4::DevLinear q_a, q_b, kv, o_b;
-  std::vector<v4::DevLinear> o_a;  // one row block per output group
+  // Every projection of h stacked as one matrix [q_a | kv | comp C | comp Z | idx C | idx Z]
+  // (rows at off_*) when all share a format (FP8 pieces of whole 128-row blocks); w == null:
+  // the pieces run one by one.
+  v4::DevLinear hproj;
+  int off_q = 0, off_kv = 0, off_c = 0, off_z = 0, off_ic = 0, off_iz = 0;
+  v4::DevLinear o_a;  // one [o_lora, H*d/G] matrix per output group, `stride` apart (run as routed)
   float *q_a_norm = nullptr, *kv_norm = nullptr, *sinks = nullptr;
   DevCompressor comp, idx;
   v4::DevLinear idx_q_b, idx_weights;
   v4::DevLinear router;
   float* score_bias = nullptr;
   int32_t* tid2eid = nullptr;
-  v4::DevLinear ex_gate, ex_up, ex_down;  // routed experts, packed (stride per expert)
-  v4::DevLinear sh_gate, sh_up, sh_down;
+  // Routed experts packed per projection (stride per expert). ex_gu: gate and up rows of each
+  // expert as one [2I, D] matrix (one launch, rows [g | u]) when the format allows it (FP8
+  // needs I % 128 == 0 for whole scale blocks); otherwise ex_gate and ex_up.
+  v4::DevLinear ex_gu, ex_gate, ex_up, ex_down;
+  v4::DevLinear sh_gu, sh_gate, sh_up, sh_down;  // the shared expert, the same way
 };
 
 // Per layer and kind, [max_slots][capacity][width] F32 rows in device memory.
@@ -212,10 +220,14 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
 
  private:
   v4::DevLinear up(const V4Linear& w);
-  v4::DevLinear up_rows(const V4Linear& w, int64_t r0, int64_t n);
+  v4::DevLinear up_grouped(const V4Linear& w, int groups);
+  v4::DevLinear up_stacked(const std::vector<const V4Linear*>& parts);
   v4::DevLinear up_experts(const std::vector<V4Expert>& ex, const V4Linear V4Expert::*which);
+  // gate|up of each expert as one matrix (rows [gate | up]); kind F32 with w == nullptr when
+  // the format cannot be stacked so.
+  v4::DevLinear up_experts_gu(const std::vector<const V4Expert*>& ex);
   float* upf(const std::vector<float>& v) { return v.empty() ? nullptr : weights_.upload(v.data(), v.size()); }
-  DevCompressor up_comp(const V4Compressor& c);
+  DevCompressor up_comp(const V4Compressor& c, bool with_matrices);
   void ensure_scratch(int T, int n_logits, int n_cap);
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids);
   void enqueue(V4CudaState& st, int T, int n_logits, const std::vector<int>& caps, bool argmax);
@@ -255,9 +267,11 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
   int scratch_T_ = 0, scratch_logits_ = 0, scratch_cap_ = 0;
   Meta meta_{};
   size_t meta_bytes_ = 0;
-  float *X_, *flat_, *z_, *post_, *comb_, *h_, *y_, *qres_, *q_, *kvt_, *C_, *Z_, *iq_, *iw_, *att_, *cat_, *stage_;
+  float *X_, *z_, *post_, *comb_, *h_, *y_, *qres_, *q_, *kvt_, *C_, *Z_, *iq_, *iw_, *att_, *cat_, *stage_;
   float *elog_, *wts_, *g_, *u_, *act_, *yp_, *sg_, *su_, *sact_, *shared_, *cap_buf_, *rows_, *zh_, *hh_, *logits_;
-  int32_t *sel_, *nsel_, *eid_, *ids_;
+  float *umix_, *uparts_, *gu_, *sgu_, *hp_;
+  double* xparts_;
+  int32_t *sel_, *nsel_, *eid_, *ids_, *eid_groups_;
   int64_t stage_floats_ = 0;
 
   std::map<std::tuple<const void*, int, int, std::vector<int>, bool>, cudaGraphExec_t> graphs_;
@@ -339,29 +353,47 @@ DeepseekV4Cuda::DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opt
     d.ffn_hc_scale = upf(L.ffn_hc_scale);
     d.in_norm = upf(L.in_norm);
     d.post_norm = upf(L.post_norm);
-    d.q_a = up(L.q_a);
+    {
+      std::vector<const V4Linear*> parts{&L.q_a, &L.kv};
+      if (L.attn != V4Attn::Sliding) parts.insert(parts.end(), {&L.comp.kv, &L.comp.gate});
+      if (L.attn == V4Attn::CSA) parts.insert(parts.end(), {&L.idx.kv, &L.idx.gate});
+      d.hproj = up_stacked(parts);
+      int at = 0;
+      int* offs[] = {&d.off_q, &d.off_kv, &d.off_c, &d.off_z, &d.off_ic, &d.off_iz};
+      for (size_t i = 0; i < parts.size(); ++i) *offs[i] = at, at += static_cast<int>(parts[i]->rows());
+    }
+    if (!d.hproj.w) {
+      d.q_a = up(L.q_a);
+      d.kv = up(L.kv);
+    }
     d.q_b = up(L.q_b);
-    d.kv = up(L.kv);
     d.o_b = up(L.o_b);
-    for (int gi = 0; gi < cfg_.o_groups; ++gi)
-      d.o_a.push_back(up_rows(L.o_a, static_cast<int64_t>(gi) * cfg_.o_lora, cfg_.o_lora));
+    d.o_a = up_grouped(L.o_a, cfg_.o_groups);
     d.q_a_norm = upf(L.q_a_norm);
     d.kv_norm = upf(L.kv_norm);
     d.sinks = upf(L.sinks);
-    if (L.attn != V4Attn::Sliding) d.comp = up_comp(L.comp);
+    if (L.attn != V4Attn::Sliding) d.comp = up_comp(L.comp, !d.hproj.w);
     if (L.attn == V4Attn::CSA) {
-      d.idx = up_comp(L.idx);
+      d.idx = up_comp(L.idx, !d.hproj.w);
       d.idx_q_b = up(L.idx_q_b);
       d.idx_weights = up(L.idx_weights);
     }
     d.router = up(L.router);
     d.score_bias = upf(L.score_bias);
     if (L.hash) d.tid2eid = weights_.upload(L.tid2eid.data(), L.tid2eid.size());
-    d.ex_gate = up_experts(L.experts, &V4Expert::gate);
-    d.ex_up = up_experts(L.experts, &V4Expert::up);
+    std::vector<const V4Expert*> ex;
+    for (const V4Expert& e : L.experts) ex.push_back(&e);
+    d.ex_gu = up_experts_gu(ex);
+    if (!d.ex_gu.w) {
+      d.ex_gate = up_experts(L.experts, &V4Expert::gate);
+      d.ex_up = up_experts(L.experts, &V4Expert::up);
+    }
+    d.sh_gu = up_experts_gu({&L.shared});
     d.ex_down = up_experts(L.experts, &V4Expert::down);
-    d.sh_gate = up(L.shared.gate);
-    d.sh_up = up(L.shared.up);
+    if (!d.sh_gu.w) {
+      d.sh_gate = up(L.shared.gate);
+      d.sh_up = up(L.shared.up);
+    }
     d.sh_down = up(L.shared.down);
   }
   DSINFER_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -386,26 +418,107 @@ v4::DevLinear DeepseekV4Cuda::up(const V4Linear& w) {
   return d;
 }
 
-// Output rows [r0, r0 + n) of w as their own matrix (the grouped output projection).
-v4::DevLinear DeepseekV4Cuda::up_rows(const V4Linear& w, int64_t r0, int64_t n) {
-  V4Linear b = w;
+// The grouped output projection: w [G * o_lora, H*d/G] as G matrices of o_lora rows, `stride`
+// bytes apart, run as "routed" with group g for pair (row t, g): one launch for all groups.
+v4::DevLinear DeepseekV4Cuda::up_grouped(const V4Linear& w, int groups) {
+  v4::DevLinear d = up(w);
+  const int64_t rows = w.rows() / groups;
+  if (w.quantized && w.quant.format == QuantFormat::Fp8Block128 && groups > 1 && rows % 128 != 0)
+    throw Error(gcfg_.model_dir + ": DeepSeek-V4: grouped output projection rows are not aligned to the FP8 128-row scale blocks");
+  d.rows = rows;
   if (!w.quantized) {
-    b.plain.data = static_cast<const uint8_t*>(w.plain.data) + r0 * w.plain.cols * dtype_size(w.plain.dtype);
-    b.plain.rows = n;
-    return up(b);
-  }
-  const QuantWeightView& q = w.quant;
-  if (q.format == QuantFormat::Fp8Block128) {
-    if (r0 % 128 != 0 || (n % 128 != 0 && r0 + n != q.rows))
-      throw Error("DeepSeek-V4: grouped output projection rows are not aligned to the FP8 128-row scale blocks");
-    b.quant.data = q.data + r0 * q.cols;
-    b.quant.scales = q.scales + (r0 / 128) * ((q.cols + 127) / 128);
+    d.stride = rows * w.cols() * static_cast<int64_t>(dtype_size(w.plain.dtype));
+  } else if (w.quant.format == QuantFormat::Fp4Group32) {
+    d.stride = rows * (w.cols() / 2);
+    d.scale_stride = rows * (w.cols() / 32);
   } else {
-    b.quant.data = q.data + r0 * (q.cols / 2);
-    b.quant.scales = q.scales + r0 * (q.cols / 32);
+    d.stride = rows * w.cols();
+    d.scale_stride = (rows / 128) * ((w.cols() + 127) / 128);
   }
-  b.quant.rows = n;
-  return up(b);
+  return d;
+}
+
+v4::DevLinear DeepseekV4Cuda::up_stacked(const std::vector<const V4Linear*>& parts) {
+  v4::DevLinear d;
+  const V4Linear& p0 = *parts[0];
+  int64_t rows = 0;
+  for (const V4Linear* p : parts) {
+    if (kind_of(*p) != kind_of(p0) || p->cols() != p0.cols()) return d;
+    if (p->quantized && p->quant.format == QuantFormat::Fp8Block128 && p->rows() % 128 != 0) return d;
+    rows += p->rows();
+  }
+  d.kind = kind_of(p0);
+  d.rows = rows;
+  d.cols = p0.cols();
+  if (p0.quantized) {
+    try {
+      check_quant_gemv_shape({p0.quant.format, nullptr, nullptr, rows, p0.cols()});
+    } catch (const Error& err) {
+      throw Error(gcfg_.model_dir + ": DeepSeek-V4 (cuda): " + err.what());
+    }
+  }
+  uint64_t cb = 0, sb = 0;
+  for (const V4Linear* p : parts) {
+    cb += p->quantized ? code_bytes(p->quant) : plain_bytes(p->plain);
+    sb += p->quantized ? scale_bytes(p->quant) : 0;
+  }
+  auto* codes = static_cast<uint8_t*>(weights_.alloc(cb));
+  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(sb)) : nullptr;
+  uint64_t co = 0, so = 0;
+  for (const V4Linear* p : parts) {
+    if (p->quantized) {
+      DSINFER_CUDA_CHECK(cudaMemcpy(codes + co, p->quant.data, code_bytes(p->quant), cudaMemcpyHostToDevice));
+      DSINFER_CUDA_CHECK(cudaMemcpy(scales + so, p->quant.scales, scale_bytes(p->quant), cudaMemcpyHostToDevice));
+      co += code_bytes(p->quant);
+      so += scale_bytes(p->quant);
+    } else {
+      DSINFER_CUDA_CHECK(cudaMemcpy(codes + co, p->plain.data, plain_bytes(p->plain), cudaMemcpyHostToDevice));
+      co += plain_bytes(p->plain);
+    }
+  }
+  d.w = codes;
+  d.scales = scales;
+  return d;
+}
+
+v4::DevLinear DeepseekV4Cuda::up_experts_gu(const std::vector<const V4Expert*>& ex) {
+  v4::DevLinear d;
+  const V4Linear& g0 = ex[0]->gate;
+  for (const V4Expert* e : ex)
+    if (kind_of(e->gate) != kind_of(g0) || kind_of(e->up) != kind_of(g0) || e->gate.rows() != g0.rows() ||
+        e->up.rows() != g0.rows() || e->gate.cols() != g0.cols() || e->up.cols() != g0.cols())
+      return d;
+  if (g0.quantized && g0.quant.format == QuantFormat::Fp8Block128 && g0.rows() % 128 != 0) return d;
+  if (g0.quantized) {
+    try {
+      check_quant_gemv_shape(quant_matrix(g0));
+    } catch (const Error& err) {
+      throw Error(gcfg_.model_dir + ": DeepSeek-V4 (cuda) experts: " + err.what());
+    }
+  }
+  d.kind = kind_of(g0);
+  d.rows = 2 * g0.rows();
+  d.cols = g0.cols();
+  const uint64_t cb = g0.quantized ? code_bytes(g0.quant) : plain_bytes(g0.plain);
+  const uint64_t sb = g0.quantized ? scale_bytes(g0.quant) : 0;
+  auto* codes = static_cast<uint8_t*>(weights_.alloc(2 * cb * ex.size()));
+  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(2 * sb * ex.size())) : nullptr;
+  for (size_t e = 0; e < ex.size(); ++e)
+    for (int h = 0; h < 2; ++h) {
+      const V4Linear& w = h == 0 ? ex[e]->gate : ex[e]->up;
+      uint8_t* dst = codes + (2 * e + h) * cb;
+      if (w.quantized) {
+        DSINFER_CUDA_CHECK(cudaMemcpy(dst, w.quant.data, cb, cudaMemcpyHostToDevice));
+        DSINFER_CUDA_CHECK(cudaMemcpy(scales + (2 * e + h) * sb, w.quant.scales, sb, cudaMemcpyHostToDevice));
+      } else {
+        DSINFER_CUDA_CHECK(cudaMemcpy(dst, w.plain.data, cb, cudaMemcpyHostToDevice));
+      }
+    }
+  d.w = codes;
+  d.scales = scales;
+  d.stride = static_cast<int64_t>(2 * cb);
+  d.scale_stride = static_cast<int64_t>(2 * sb);
+  return d;
 }
 
 v4::DevLinear DeepseekV4Cuda::up_experts(const std::vector<V4Expert>& ex, const V4Linear V4Expert::*which) {
@@ -446,10 +559,12 @@ v4::DevLinear DeepseekV4Cuda::up_experts(const std::vector<V4Expert>& ex, const 
   return d;
 }
 
-DevCompressor DeepseekV4Cuda::up_comp(const V4Compressor& c) {
+DevCompressor DeepseekV4Cuda::up_comp(const V4Compressor& c, bool with_matrices) {
   DevCompressor d;
-  d.kv = up(c.kv);
-  d.gate = up(c.gate);
+  if (with_matrices) {
+    d.kv = up(c.kv);
+    d.gate = up(c.gate);
+  }
   d.pos_bias = upf(c.pos_bias);
   d.norm = upf(c.norm);
   d.rate = c.rate;
@@ -525,7 +640,6 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   auto f = [&](int64_t count) { return static_cast<float*>(scratch_.alloc(sizeof(float) * std::max<int64_t>(count, 1))); };
   auto i32 = [&](int64_t count) { return static_cast<int32_t*>(scratch_.alloc(sizeof(int32_t) * std::max<int64_t>(count, 1))); };
   X_ = f(T * n * D);
-  flat_ = f(T * n * D);
   z_ = f(T * M);
   post_ = f(T * n);
   comb_ = f(T * n * n);
@@ -542,7 +656,10 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   cat_ = f(T * GO);
   // Staging: strided quantized rows (the grouped projection) or split-K partials (at most
   // 32 chunks of 512 per output of a matrix under 1024 rows, see v4::linear).
-  stage_floats_ = std::max<int64_t>(T * (gin + cfg_.o_lora), int64_t(std::max(T, n_logits)) * v4::max_split_partials());
+  // Staging: strided rows for a quantized matrix (the q_a rows of the stacked projection, read
+  // by q_b and the indexer's q_b: x and y of m rows) or split-K partials (see v4::linear).
+  const int64_t widest = std::max<int64_t>({Hd, int64_t(cfg_.idx_heads) * cfg_.idx_head_dim, gin + cfg_.o_lora});
+  stage_floats_ = std::max<int64_t>(T * (cfg_.q_lora + widest), int64_t(std::max(T, n_logits)) * v4::max_split_partials());
   stage_ = f(stage_floats_);
   elog_ = f(T * int64_t(cfg_.experts));
   wts_ = f(PK);
@@ -559,6 +676,25 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   zh_ = f(int64_t(n_logits) * n);
   hh_ = f(int64_t(n_logits) * D);
   logits_ = f(int64_t(n_logits) * cfg_.vocab);
+  const int TL = std::max(T, n_logits);
+  xparts_ = static_cast<double*>(scratch_.alloc(sizeof(double) * TL * v4::sumsq_chunks(n * D)));
+  umix_ = f(TL * D);
+  uparts_ = f(TL * ((D + 255) / 256));
+  gu_ = f(PK * 2 * I);
+  {
+    int64_t hrows = 0;
+    for (const DevLayer& L : layers_) hrows = std::max<int64_t>(hrows, L.hproj.w ? L.hproj.rows : 0);
+    hp_ = f(T * hrows);
+  }
+  sgu_ = f(T * 2 * I);
+  {
+    // Group of each (row, group) pair of the grouped output projection: p % G.
+    const int G = std::max(cfg_.o_groups, 1);
+    std::vector<int32_t> groups(static_cast<size_t>(T) * G);
+    for (size_t p = 0; p < groups.size(); ++p) groups[p] = static_cast<int32_t>(p % G);
+    eid_groups_ = i32(static_cast<int64_t>(groups.size()));
+    DSINFER_CUDA_CHECK(cudaMemcpy(eid_groups_, groups.data(), groups.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
   sel_ = i32(T * int64_t(std::max(cfg_.idx_topk, 1)));
   nsel_ = i32(T);
   eid_ = i32(PK);
@@ -689,26 +825,26 @@ void DeepseekV4Cuda::enqueue(V4CudaState& st, int T, int n_logits, const std::ve
   capture(-1);
   for (int l = 0; l < cfg_.layers; ++l) {
     const DevLayer& L = layers_[l];
-    v4::rms_flat(X_, T, W, eps, flat_, s);
-    v4::linear(L.attn_hc_fn, flat_, W, T, z_, M, stage_, stage_floats_, s);
-    v4::hc_pre_mix(z_, {L.attn_hc_base, L.attn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, X_, T, D,
-                   L.in_norm, eps, post_, comb_, h_, s);
+    v4::sumsq_parts(X_, T, W, xparts_, s);
+    v4::linear(L.attn_hc_fn, X_, W, T, z_, M, stage_, stage_floats_, s);
+    v4::hc_site(z_, {L.attn_hc_base, L.attn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, xparts_, X_, T, D,
+                L.in_norm, eps, false, umix_, uparts_, post_, comb_, h_, s);
     attention(L, l, st, T);
     v4::hc_post(post_, comb_, y_, T, static_cast<int>(n), D, X_, s);
-    v4::rms_flat(X_, T, W, eps, flat_, s);
-    v4::linear(L.ffn_hc_fn, flat_, W, T, z_, M, stage_, stage_floats_, s);
-    v4::hc_pre_mix(z_, {L.ffn_hc_base, L.ffn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, X_, T, D,
-                   L.post_norm, eps, post_, comb_, h_, s);
+    v4::sumsq_parts(X_, T, W, xparts_, s);
+    v4::linear(L.ffn_hc_fn, X_, W, T, z_, M, stage_, stage_floats_, s);
+    v4::hc_site(z_, {L.ffn_hc_base, L.ffn_hc_scale}, static_cast<int>(n), cfg_.hc_iters, hc_eps, xparts_, X_, T, D,
+                L.post_norm, eps, false, umix_, uparts_, post_, comb_, h_, s);
     moe(L, T);
-    v4::hc_post(post_, comb_, y_, T, static_cast<int>(n), D, X_, s);
+    v4::hc_post_moe(post_, comb_, yp_, eid_, wts_, shared_, cfg_.top_k, T, static_cast<int>(n), D, X_, s);
     capture(l);
   }
   if (n_logits == 0) return;
   v4::gather_rows(X_, W, meta_.logit_row, n_logits, rows_, s);
-  v4::rms_flat(rows_, n_logits, W, eps, flat_, s);
-  v4::linear(hc_head_fn_, flat_, W, n_logits, zh_, n, stage_, stage_floats_, s);
-  v4::hc_head_mix(zh_, hc_head_base_, hc_head_scale_, static_cast<int>(n), hc_eps, rows_, n_logits, D, final_norm_, eps,
-                  hh_, s);
+  v4::sumsq_parts(rows_, n_logits, W, xparts_, s);
+  v4::linear(hc_head_fn_, rows_, W, n_logits, zh_, n, stage_, stage_floats_, s);
+  v4::hc_site(zh_, {hc_head_base_, hc_head_scale_}, static_cast<int>(n), 0, hc_eps, xparts_, rows_, n_logits, D,
+              final_norm_, eps, true, umix_, uparts_, nullptr, nullptr, hh_, s);
   v4::linear(head_, hh_, D, n_logits, logits_, cfg_.vocab, stage_, stage_floats_, s);
   if (argmax) v4::argmax_rows(logits_, n_logits, cfg_.vocab, ids_, s);
 }
@@ -724,29 +860,45 @@ void DeepseekV4Cuda::attention(const DevLayer& L, int l, V4CudaState& st, int T)
   const V4CudaState::Layer& S = st.layers[l];
   const int cap = st.max_tokens();
 
-  v4::linear(L.q_a, h_, D, T, qres_, qr, stage_, stage_floats_, s);
-  v4::rmsnorm_rows(qres_, qr, T, qr, L.q_a_norm, eps, s);
-  v4::linear(L.q_b, qres_, qr, T, q_, Hd, stage_, stage_floats_, s);
+  // Every projection of h: one stacked launch, or one launch per piece.
+  const bool stacked = L.hproj.w != nullptr;
+  const int64_t ldh = stacked ? L.hproj.rows : 0;
+  float* qres = stacked ? hp_ + L.off_q : qres_;
+  float* kvr = stacked ? hp_ + L.off_kv : kvt_;
+  const int64_t ldq = stacked ? ldh : qr, ldkv = stacked ? ldh : d;
+  if (stacked) {
+    v4::linear(L.hproj, h_, D, T, hp_, ldh, stage_, stage_floats_, s);
+  } else {
+    v4::linear(L.q_a, h_, D, T, qres_, qr, stage_, stage_floats_, s);
+    v4::linear(L.kv, h_, D, T, kvt_, d, stage_, stage_floats_, s);
+  }
+  v4::rmsnorm_rows(qres, ldq, T, qr, L.q_a_norm, eps, s);
+  v4::linear(L.q_b, qres, ldq, T, q_, Hd, stage_, stage_floats_, s);
   v4::head_rms_rope(q_, T, H, d, half, inv, meta_.pos, eps, s);
-  v4::linear(L.kv, h_, D, T, kvt_, d, stage_, stage_floats_, s);
-  v4::kv_norm_rope_store(kvt_, T, d, L.kv_norm, eps, half, inv, rows, S.kv, cap, s);
+  v4::kv_norm_rope_store(kvr, ldkv, T, d, L.kv_norm, eps, half, inv, rows, S.kv, cap, s);
 
   if (!sliding) {
-    auto compress = [&](const DevCompressor& X, float* raw, float* entries, int ecap) {
+    auto compress = [&](const DevCompressor& X, int off_c, int off_z, float* raw, float* entries, int ecap) {
       const int cw = X.width();
-      v4::linear(X.kv, h_, D, T, C_, cw, stage_, stage_floats_, s);
-      v4::linear(X.gate, h_, D, T, Z_, cw, stage_, stage_floats_, s);
-      v4::store_raw(C_, Z_, T, cw, rows, raw, cap, s);
+      const float *C = C_, *Z = Z_;
+      int64_t ld = cw;
+      if (stacked) {
+        C = hp_ + off_c, Z = hp_ + off_z, ld = ldh;
+      } else {
+        v4::linear(X.kv, h_, D, T, C_, cw, stage_, stage_floats_, s);
+        v4::linear(X.gate, h_, D, T, Z_, cw, stage_, stage_floats_, s);
+      }
+      v4::store_raw(C, Z, ld, T, cw, rows, raw, cap, s);
       const bool at_csa_rate = X.rate == cfg_.rate_csa;
       v4::pool_windows(raw, cap, entries, ecap, at_csa_rate ? meta_.jobs_csa : meta_.jobs_hca,
                        meta_.njobs + (at_csa_rate ? 0 : 1), T, X.rate, X.dim, X.overlap, X.pos_bias, X.norm, eps, half,
                        compress_inv_, s);
     };
-    compress(L.comp, S.comp_raw, S.comp_entry, S.ecap);
+    compress(L.comp, L.off_c, L.off_z, S.comp_raw, S.comp_entry, S.ecap);
     if (csa) {
-      compress(L.idx, S.idx_raw, S.idx_entry, S.idx_ecap);
+      compress(L.idx, L.off_ic, L.off_iz, S.idx_raw, S.idx_entry, S.idx_ecap);
       const int HI = cfg_.idx_heads, dI = cfg_.idx_head_dim;
-      v4::linear(L.idx_q_b, qres_, qr, T, iq_, HI * dI, stage_, stage_floats_, s);
+      v4::linear(L.idx_q_b, qres, ldq, T, iq_, HI * dI, stage_, stage_floats_, s);
       v4::head_rope(iq_, T, HI, dI, half, compress_inv_, meta_.pos, s);
       v4::linear(L.idx_weights, h_, D, T, iw_, HI, stage_, stage_floats_, s);
       v4::indexer_topk(iq_, iw_, T, HI, dI, rows, S.idx_entry, S.idx_ecap, L.idx.rate, cfg_.idx_topk, sel_, nsel_, s);
@@ -755,8 +907,8 @@ void DeepseekV4Cuda::attention(const DevLayer& L, int l, V4CudaState& st, int T)
   v4::attention_rows(q_, T, H, d, half, inv, rows, S.kv, cap, cfg_.window, sliding ? 0 : csa ? 1 : 2, S.comp_entry,
                      S.ecap, sliding ? 1 : L.comp.rate, sel_, nsel_, std::max(cfg_.idx_topk, 1), L.sinks, att_, s);
   const int G = cfg_.o_groups, orank = cfg_.o_lora, gin = Hd / G;
-  for (int gi = 0; gi < G; ++gi)
-    v4::linear(L.o_a[gi], att_ + gi * gin, Hd, T, cat_ + gi * orank, G * orank, stage_, stage_floats_, s);
+  (void)gin;
+  v4::linear_routed(L.o_a, eid_groups_, T * G, att_, 1, cat_, s);
   v4::linear(L.o_b, cat_, G * orank, T, y_, D, stage_, stage_floats_, s);
 }
 
@@ -768,15 +920,24 @@ void DeepseekV4Cuda::moe(const DevLayer& L, int T) {
   v4::moe_route(elog_, T, E, K, cfg_.sigmoid_scores, L.hash ? nullptr : L.score_bias, L.hash ? L.tid2eid : nullptr,
                 meta_.token, static_cast<float>(cfg_.routed_scale), eid_, wts_, s);
   const int P = T * K;
-  v4::linear_routed(L.ex_gate, eid_, P, h_, K, g_, s);
-  v4::linear_routed(L.ex_up, eid_, P, h_, K, u_, s);
-  v4::swiglu_clamp(g_, u_, static_cast<int64_t>(P) * I, limit, act_, s);
+  if (L.ex_gu.w) {
+    v4::linear_routed(L.ex_gu, eid_, P, h_, K, gu_, s);
+    v4::swiglu_rows(gu_, P, I, limit, act_, s);
+  } else {
+    v4::linear_routed(L.ex_gate, eid_, P, h_, K, g_, s);
+    v4::linear_routed(L.ex_up, eid_, P, h_, K, u_, s);
+    v4::swiglu_clamp(g_, u_, static_cast<int64_t>(P) * I, limit, act_, s);
+  }
   v4::linear_routed(L.ex_down, eid_, P, act_, 1, yp_, s);
-  v4::linear(L.sh_gate, h_, D, T, sg_, I, stage_, stage_floats_, s);
-  v4::linear(L.sh_up, h_, D, T, su_, I, stage_, stage_floats_, s);
-  v4::swiglu_clamp(sg_, su_, static_cast<int64_t>(T) * I, limit, sact_, s);
+  if (L.sh_gu.w) {
+    v4::linear(L.sh_gu, h_, D, T, sgu_, 2 * I, stage_, stage_floats_, s);
+    v4::swiglu_rows(sgu_, T, I, limit, sact_, s);
+  } else {
+    v4::linear(L.sh_gate, h_, D, T, sg_, I, stage_, stage_floats_, s);
+    v4::linear(L.sh_up, h_, D, T, su_, I, stage_, stage_floats_, s);
+    v4::swiglu_clamp(sg_, su_, static_cast<int64_t>(T) * I, limit, sact_, s);
+  }
   v4::linear(L.sh_down, sact_, I, T, shared_, D, stage_, stage_floats_, s);
-  v4::moe_combine(yp_, eid_, wts_, shared_, T, K, D, y_, s);
 }
 
 }  // namespace
