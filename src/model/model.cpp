@@ -20,6 +20,14 @@ std::unique_ptr<BlockKVCache> Model::make_paged_kv_cache(int block_size, int64_t
                                         max_slots, max_tokens, kv_dtype());
 }
 
+void forward_entry_error(const ForwardBatch& batch, size_t entry, const std::string& why) {
+  throw Error("forward: entry " + std::to_string(entry) + " (slot " + std::to_string(batch.entries[entry].slot) + "): " + why);
+}
+
+void forward_capture_error(int layer, int layers) {
+  throw Error("forward: capture layer " + std::to_string(layer) + " outside [-1, " + std::to_string(layers) + ")");
+}
+
 std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts) {
   ModelConfig cfg = load_model_config(model_dir);
   const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";

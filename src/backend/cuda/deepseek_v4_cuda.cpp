@@ -724,29 +724,8 @@ void DeepseekV4Cuda::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   if (!st || st->owner() != this) throw Error("forward: KV cache was not created by this model's make_kv_cache");
   if (batch.capture_to_cache) throw Error("forward: capture_to_cache is not supported by the DeepSeek-V4 CUDA model");
   const int64_t D = cfg_.hidden, V = cfg_.vocab;
-  auto fail = [&](size_t e, const std::string& why) -> void {
-    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
-  };
-  int64_t T = 0, n_logits = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
-    const ForwardEntry& en = batch.entries[e];
-    if (en.slot < 0 || en.slot >= st->max_slots()) fail(e, "slot out of range [0, " + std::to_string(st->max_slots()) + ")");
-    for (size_t o = 0; o < e; ++o)
-      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
-    const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (st->length(en.slot) + n > st->max_tokens())
-      fail(e, "KV cache overflow: " + std::to_string(st->length(en.slot)) + " + " + std::to_string(n) + " tokens > capacity " +
-                  std::to_string(st->max_tokens()));
-    for (int32_t t : en.tokens)
-      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
-    for (int r : en.logit_rows)
-      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
-    T += n;
-    n_logits += static_cast<int64_t>(en.logit_rows.size());
-  }
-  for (int c : batch.capture_layers)
-    if (c < -1 || c >= cfg_.layers)
-      throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(cfg_.layers) + ")");
+  const ForwardBatchSize bs = check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
+  const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int n_cap = static_cast<int>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);
   out.hidden_size = static_cast<int>(D);

@@ -831,29 +831,9 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     throw Error("forward: KV cache geometry does not match the model");
 
   // ---- validate everything before the cache is touched (same rules as the CPU model) ----
-  auto fail = [&](size_t e, const std::string& why) -> void {
-    throw Error("forward: entry " + std::to_string(e) + " (slot " + std::to_string(batch.entries[e].slot) + "): " + why);
-  };
-  int64_t T = 0, n_logits = 0;
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
-    const ForwardEntry& en = batch.entries[e];
-    if (en.slot < 0 || en.slot >= kv_base.max_slots())
-      fail(e, "slot out of range [0, " + std::to_string(kv_base.max_slots()) + ")");
-    for (size_t o = 0; o < e; ++o)
-      if (batch.entries[o].slot == en.slot) fail(e, "slot appears twice in one batch");
-    const int64_t n = static_cast<int64_t>(en.tokens.size());
-    if (kv_base.length(en.slot) + n > kv->slot_capacity(en.slot))
-      fail(e, "KV cache overflow: " + std::to_string(kv_base.length(en.slot)) + " + " + std::to_string(n) +
-                  " tokens > capacity " + std::to_string(kv->slot_capacity(en.slot)));
-    for (int32_t t : en.tokens)
-      if (t < 0 || t >= V) fail(e, "token id " + std::to_string(t) + " outside the vocabulary [0, " + std::to_string(V) + ")");
-    for (int r : en.logit_rows)
-      if (r < 0 || r >= n) fail(e, "logit row " + std::to_string(r) + " outside [0, " + std::to_string(n) + ")");
-    T += n;
-    n_logits += static_cast<int64_t>(en.logit_rows.size());
-  }
-  for (int c : batch.capture_layers)
-    if (c < -1 || c >= L) throw Error("forward: capture layer " + std::to_string(c) + " outside [-1, " + std::to_string(L) + ")");
+  const ForwardBatchSize bs =
+      check_forward_batch(batch, kv_base, V, L, [&](int slot) { return int64_t(kv->slot_capacity(slot)); });
+  const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   check(T < (1 << 30), "forward: too many rows in one batch");
   // capture_to_cache: the captured rows go to the paged pool's feature rows, not the host.
@@ -867,6 +847,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
 
   // Verify requests: checked before the cache is touched too.
+  auto fail = [&](size_t e, const std::string& why) { forward_entry_error(batch, e, why); };
   if (reqs) {
     for (const VerifyRequest& q : *reqs) {
       if (q.entry < 0 || q.entry >= static_cast<int>(batch.entries.size()))
