@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "deepseek_v4_golden_util.h"
 #include "core/mapped_file.h"
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v4_state.h"
@@ -40,79 +41,18 @@ using namespace dsinfer;
 
 namespace {
 
-const std::filesystem::path kRoot = std::filesystem::path(DSINFER_TEST_DATA) / "deepseek_v4";
-
-std::vector<std::string> case_dirs() {
-  std::vector<std::string> dirs;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(kRoot, ec)) return dirs;
-  for (const auto& e : std::filesystem::directory_iterator(kRoot))
-    if (e.is_directory() && std::filesystem::exists(e.path() / "golden.json")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
+const std::filesystem::path& kRoot = test::v4_golden_root();
+using Golden = test::V4Golden;
+using test::run_chunks;
+using test::worst_rel;
+std::vector<std::string> case_dirs() { return test::v4_case_dirs(); }
+Golden read_golden(const std::string& dir, int V) { return test::read_v4_golden(dir, V); }
 
 int argmax(const float* x, int n) {
   int best = 0;
   for (int i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return best;
-}
-
-struct Golden {
-  std::vector<int32_t> prompt, greedy;
-  std::vector<int> chunks;
-  std::map<std::string, std::vector<float>> logits;
-};
-
-Golden read_golden(const std::string& dir, int V) {
-  Golden g;
-  const auto j = nlohmann::json::parse(read_text_file(dir + "/golden.json"));
-  g.prompt = j.at("prompt").get<std::vector<int32_t>>();
-  g.greedy = j.at("greedy").get<std::vector<int32_t>>();
-  g.chunks = j.at("chunks").get<std::vector<int>>();
-  SafetensorsFile f(dir + "/golden.safetensors");
-  for (const auto& t : f.header().tensors) {
-    if (t.dtype != DType::F32) continue;
-    EXPECT_EQ(t.shape, (std::vector<int64_t>{static_cast<int64_t>(g.prompt.size()), V})) << t.name;
-    std::vector<float> v(static_cast<size_t>(t.numel()));
-    std::memcpy(v.data(), f.tensor_data(t), v.size() * 4);
-    g.logits[t.name] = std::move(v);
-  }
-  return g;
-}
-
-// Worst (|diff| / row scale) over rows [0, n).
-double worst_rel(const float* ours, const float* ref, int n, int V, int* at = nullptr) {
-  double worst = 0;
-  for (int t = 0; t < n; ++t) {
-    double scale = 1.0, w = 0.0;
-    for (int j = 0; j < V; ++j) scale = std::max(scale, std::abs(double(ref[size_t(t) * V + j])));
-    for (int j = 0; j < V; ++j) w = std::max(w, std::abs(double(ours[size_t(t) * V + j]) - ref[size_t(t) * V + j]));
-    if (w / scale > worst) {
-      worst = w / scale;
-      if (at) *at = t;
-    }
-  }
-  return worst;
-}
-
-// Runs `tokens` through slot `slot` in chunks; returns logits of every row.
-std::vector<float> run_chunks(Model& m, KVCache& kv, int slot, const std::vector<int32_t>& tokens,
-                              const std::vector<int>& chunks) {
-  std::vector<float> all;
-  size_t at = 0;
-  ForwardOutput out;
-  for (int c : chunks) {
-    ForwardBatch b;
-    ForwardEntry e{slot, std::vector<int32_t>(tokens.begin() + at, tokens.begin() + at + c), {}};
-    for (int i = 0; i < c; ++i) e.logit_rows.push_back(i);
-    b.entries.push_back(e);
-    m.forward(kv, b, out);
-    all.insert(all.end(), out.logits.begin(), out.logits.end());
-    at += c;
-  }
-  return all;
 }
 
 }  // namespace
