@@ -310,10 +310,11 @@ DeepseekV4Cuda::DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opt
   }
   std::fprintf(stderr,
                "deepseek_v4 (cuda): %d layers (%d sliding, %d CSA, %d HCA); weights %s (routed experts %s), %s read per "
-               "decode step; device state %s per token of context; device memory %s free of %s\n",
+               "decode step; device state %llu bytes per token of context per sequence (every row kept); device memory %s free "
+               "of %s\n",
                cfg_.layers, cfg_.layers - n_csa - n_hca, n_csa, n_hca, gib(hw_.matrix_bytes).c_str(),
-               gib(hw_.expert_bytes).c_str(), gib(decode_bytes_).c_str(), gib(per_tok).c_str(), gib(free_b).c_str(),
-               gib(total_b).c_str());
+               gib(hw_.expert_bytes).c_str(), gib(decode_bytes_).c_str(), static_cast<unsigned long long>(per_tok),
+               gib(free_b).c_str(), gib(total_b).c_str());
   if (hw_.matrix_bytes + (256ull << 20) > free_b)
     throw Error(g.model_dir + ": DeepSeek-V4 weights need " + gib(hw_.matrix_bytes) + " of device memory but only " +
                 gib(free_b) + " is free on the GPU; refusing to load (use a GPU with more memory or a smaller checkpoint)");
