@@ -93,17 +93,12 @@ DeepseekV4Model::DeepseekV4Model(const ModelConfig& g, const LoadOptions& opts) 
   index_ = std::make_unique<V4TensorIndex>(g.model_dir);
   w_ = load_deepseek_v4_weights(*index_, cfg_, owned_);
 
-  // Bytes one decode step reads: everything except the unrouted experts (K of E per layer)
-  // and, unless the head is the embedding, all but one embedding row.
-  const uint64_t per_layer_experts = cfg_.experts ? w_.expert_bytes / cfg_.layers / cfg_.experts : 0;
-  const uint64_t unread_embed = cfg_.tie ? 0 : static_cast<uint64_t>(w_.embed.rows - 1) * w_.embed.cols * dtype_size(w_.embed.dtype);
-  decode_bytes_ = w_.matrix_bytes - w_.expert_bytes - unread_embed + per_layer_experts * cfg_.top_k * cfg_.layers;
+  decode_bytes_ = v4_decode_weight_bytes(w_, cfg_);
 
   // Memory plan: refuse when the weights alone exceed physical memory.
   const uint64_t total = meminfo_kib("MemTotal:") * 1024ull, avail = meminfo_kib("MemAvailable:") * 1024ull;
   const uint64_t per_tok = V4State::bytes_per_token(cfg_), bounded = V4State::bytes_bounded(cfg_);
-  int n_csa = 0, n_hca = 0;
-  for (V4Attn a : cfg_.attn) n_csa += a == V4Attn::CSA, n_hca += a == V4Attn::HCA;
+  const int n_csa = cfg_.count(V4Attn::CSA), n_hca = cfg_.count(V4Attn::HCA);
   std::fprintf(stderr,
                "deepseek_v4: %d layers (%d sliding, %d CSA, %d HCA); weights %s (routed experts %s), %s read per "
                "decode step; state %llu bytes/token of context + at most %s per sequence (window and raw rows); "

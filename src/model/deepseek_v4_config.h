@@ -41,6 +41,11 @@ struct DeepseekV4Config {
     return attn[layer] == V4Attn::CSA ? rate_csa : attn[layer] == V4Attn::HCA ? rate_hca : 0;
   }
   int hc_mix() const { return (2 + hc_mult) * hc_mult; }
+  int count(V4Attn a) const {
+    int n = 0;
+    for (V4Attn x : attn) n += x == a;
+    return n;
+  }
 };
 
 const char* v4_attn_name(V4Attn a);

@@ -367,6 +367,13 @@ std::vector<float> load_v4_floats(const V4TensorIndex& ix, const std::string& na
   return V4WeightLoader(ix, none).floats(name, shape);
 }
 
+uint64_t v4_decode_weight_bytes(const V4Weights& w, const DeepseekV4Config& c) {
+  const uint64_t per_layer_expert = c.experts ? w.expert_bytes / c.layers / c.experts : 0;
+  const uint64_t unread_embed =
+      c.tie ? 0 : static_cast<uint64_t>(w.embed.rows - 1) * w.embed.cols * dtype_size(w.embed.dtype);
+  return w.matrix_bytes - w.expert_bytes - unread_embed + per_layer_expert * c.top_k * c.layers;
+}
+
 V4Weights load_deepseek_v4_weights(const V4TensorIndex& ix, const DeepseekV4Config& c,
                                    std::deque<std::vector<uint8_t>>& owned) {
   V4WeightLoader ld(ix, owned);

@@ -118,6 +118,11 @@ V4Linear load_v4_linear(const V4TensorIndex& ix, const std::string& name, int64_
                         std::deque<std::vector<uint8_t>>& owned);
 std::vector<float> load_v4_floats(const V4TensorIndex& ix, const std::string& name, const std::vector<int64_t>& shape);
 
+// Bytes one decode step reads, as bench-model's roofline counts them: every matrix but the
+// unrouted experts (top-k of E per layer) and, unless the head is the embedding, all but one
+// embedding row. The CPU and CUDA V4 models both report this.
+uint64_t v4_decode_weight_bytes(const V4Weights& w, const DeepseekV4Config& c);
+
 // Loads and checks every target tensor. `owned` keeps converted copies alive.
 V4Weights load_deepseek_v4_weights(const V4TensorIndex& index, const DeepseekV4Config& cfg,
                                    std::deque<std::vector<uint8_t>>& owned);

@@ -36,6 +36,7 @@
 #include <random>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
@@ -50,12 +51,6 @@
 using namespace dsinfer;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                       \
-  do {                                                           \
-    const std::string why = cuda_unavailable_reason();           \
-    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why; \
-  } while (0)
 
 const std::string kRoot = std::string(DSINFER_SOURCE_DIR) + "/models/embedded";
 const std::string kGqaDir = std::string(DSINFER_TEST_DATA) + "/qwen3/untied_gqa4_hd32";

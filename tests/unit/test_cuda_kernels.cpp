@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -29,12 +30,6 @@ using namespace dsinfer;
 using namespace dsinfer::cuda;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    const std::string why = cuda_unavailable_reason();                       \
-    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why;             \
-  } while (0)
 
 template <typename T>
 struct Dev {

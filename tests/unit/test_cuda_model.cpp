@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "model/block_kv_cache.h"
@@ -25,12 +26,6 @@
 using namespace dsinfer;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                                   \
-  do {                                                                       \
-    const std::string why = cuda_unavailable_reason();                       \
-    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why;             \
-  } while (0)
 
 const std::string kQwen3Dir = std::string(DSINFER_TEST_DATA) + "/qwen3";
 const std::string kEmbedded = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/target";

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "core/error.h"
 #include "deepseek_v4_golden_util.h"
 #include "engine/generator.h"
@@ -32,12 +33,6 @@
 using namespace dsinfer;
 
 namespace {
-
-#define SKIP_WITHOUT_GPU()                                       \
-  do {                                                           \
-    const std::string why = cuda_unavailable_reason();           \
-    if (!why.empty()) GTEST_SKIP() << "CUDA build, but " << why; \
-  } while (0)
 
 const std::filesystem::path& kRoot = test::v4_golden_root();
 using Golden = test::V4Golden;

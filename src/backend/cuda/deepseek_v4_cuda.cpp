@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_arena.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_quant_gemv.h"
@@ -51,38 +52,6 @@ std::string gib(uint64_t b) {
   std::snprintf(buf, sizeof buf, "%.3f GiB", static_cast<double>(b) / (1ull << 30));
   return buf;
 }
-
-// Device allocations owned together and freed at destruction.
-class Arena {
- public:
-  Arena() = default;
-  Arena(const Arena&) = delete;
-  Arena& operator=(const Arena&) = delete;
-  ~Arena() { release(); }
-  void release() {
-    for (void* p : ptrs_) cudaFree(p);
-    ptrs_.clear();
-    bytes_ = 0;
-  }
-  void* alloc(size_t n) {
-    void* p = nullptr;
-    DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 16)));
-    ptrs_.push_back(p);
-    bytes_ += n;
-    return p;
-  }
-  template <typename T>
-  T* upload(const T* src, size_t count) {
-    auto* p = static_cast<T*>(alloc(sizeof(T) * count));
-    if (count) DSINFER_CUDA_CHECK(cudaMemcpy(p, src, sizeof(T) * count, cudaMemcpyHostToDevice));
-    return p;
-  }
-  uint64_t bytes() const { return bytes_; }
-
- private:
-  std::vector<void*> ptrs_;
-  uint64_t bytes_ = 0;
-};
 
 uint64_t code_bytes(const QuantWeightView& q) {
   return q.format == QuantFormat::Fp4Group32 ? static_cast<uint64_t>(q.rows) * (q.cols / 2)
@@ -166,7 +135,7 @@ class V4CudaState final : public KVCache {
   void set_length(int slot, int n) { len_[slot] = n; }
   const void* owner() const { return owner_; }
   std::vector<Layer> layers;
-  Arena arena;
+  DeviceArena arena;
 
  private:
   void check(int slot) const {
@@ -247,7 +216,7 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
   V4Weights hw_;  // host views (mmap): embed() and lm_head() for drafters, and the upload source
   uint64_t decode_bytes_ = 0;
 
-  Arena weights_;
+  DeviceArena weights_;
   const void* embed_ = nullptr;
   bool embed_bf16_ = false;
   v4::DevLinear head_, hc_head_fn_;
@@ -263,7 +232,7 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
   };
   void* pinned_ = nullptr;
   size_t pinned_bytes_ = 0;
-  Arena scratch_;
+  DeviceArena scratch_;
   int scratch_T_ = 0, scratch_logits_ = 0, scratch_cap_ = 0;
   Meta meta_{};
   size_t meta_bytes_ = 0;
@@ -287,16 +256,11 @@ DeepseekV4Cuda::DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opt
     throw Error(g.model_dir + "/config.json: rotary width " + std::to_string(cfg_.rope_dim) + " is not even or exceeds head_dim");
   index_ = std::make_unique<V4TensorIndex>(g.model_dir);
   hw_ = load_deepseek_v4_weights(*index_, cfg_, owned_);
-  // Bytes one decode step reads (as the CPU model counts them): all but the unrouted experts
-  // and, unless the head is the embedding, all but one embedding row.
-  const uint64_t per_layer_experts = cfg_.experts ? hw_.expert_bytes / cfg_.layers / cfg_.experts : 0;
-  const uint64_t unread_embed = cfg_.tie ? 0 : static_cast<uint64_t>(hw_.embed.rows - 1) * hw_.embed.cols * dtype_size(hw_.embed.dtype);
-  decode_bytes_ = hw_.matrix_bytes - hw_.expert_bytes - unread_embed + per_layer_experts * cfg_.top_k * cfg_.layers;
+  decode_bytes_ = v4_decode_weight_bytes(hw_, cfg_);
 
   size_t free_b = 0, total_b = 0;
   DSINFER_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  int n_csa = 0, n_hca = 0;
-  for (V4Attn a : cfg_.attn) n_csa += a == V4Attn::CSA, n_hca += a == V4Attn::HCA;
+  const int n_csa = cfg_.count(V4Attn::CSA), n_hca = cfg_.count(V4Attn::HCA);
   // State per token of context on the device (all rows kept: see V4CudaState).
   uint64_t per_tok = 0;
   for (int l = 0; l < cfg_.layers; ++l) {
@@ -463,8 +427,8 @@ v4::DevLinear DeepseekV4Cuda::up_stacked(const std::vector<const V4Linear*>& par
     cb += p->quantized ? code_bytes(p->quant) : plain_bytes(p->plain);
     sb += p->quantized ? scale_bytes(p->quant) : 0;
   }
-  auto* codes = static_cast<uint8_t*>(weights_.alloc(cb));
-  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(sb)) : nullptr;
+  auto* codes = weights_.alloc<uint8_t>(cb);
+  auto* scales = sb ? weights_.alloc<uint8_t>(sb) : nullptr;
   uint64_t co = 0, so = 0;
   for (const V4Linear* p : parts) {
     if (p->quantized) {
@@ -502,8 +466,8 @@ v4::DevLinear DeepseekV4Cuda::up_experts_gu(const std::vector<const V4Expert*>& 
   d.cols = g0.cols();
   const uint64_t cb = g0.quantized ? code_bytes(g0.quant) : plain_bytes(g0.plain);
   const uint64_t sb = g0.quantized ? scale_bytes(g0.quant) : 0;
-  auto* codes = static_cast<uint8_t*>(weights_.alloc(2 * cb * ex.size()));
-  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(2 * sb * ex.size())) : nullptr;
+  auto* codes = weights_.alloc<uint8_t>(2 * cb * ex.size());
+  auto* scales = sb ? weights_.alloc<uint8_t>(2 * sb * ex.size()) : nullptr;
   for (size_t e = 0; e < ex.size(); ++e)
     for (int h = 0; h < 2; ++h) {
       const V4Linear& w = h == 0 ? ex[e]->gate : ex[e]->up;
@@ -531,8 +495,8 @@ v4::DevLinear DeepseekV4Cuda::up_experts(const std::vector<V4Expert>& ex, const 
   d.cols = w0.cols();
   const uint64_t cb = w0.quantized ? code_bytes(w0.quant) : plain_bytes(w0.plain);
   const uint64_t sb = w0.quantized ? scale_bytes(w0.quant) : 0;
-  auto* codes = static_cast<uint8_t*>(weights_.alloc(cb * ex.size()));
-  auto* scales = sb ? static_cast<uint8_t*>(weights_.alloc(sb * ex.size())) : nullptr;
+  auto* codes = weights_.alloc<uint8_t>(cb * ex.size());
+  auto* scales = sb ? weights_.alloc<uint8_t>(sb * ex.size()) : nullptr;
   for (size_t e = 0; e < ex.size(); ++e) {
     const V4Linear& w = ex[e].*which;
     if (w.quantized && e == 0) {
@@ -612,15 +576,15 @@ std::unique_ptr<KVCache> DeepseekV4Cuda::make_kv_cache(int max_slots, int max_to
   for (int l = 0; l < cfg_.layers; ++l) {
     auto& L = st->layers[l];
     const auto [cw, ecap, iecap] = shapes[l];
-    L.kv = static_cast<float*>(st->arena.alloc(S * cap * d * 4));
+    L.kv = st->arena.alloc<float>(S * cap * d);
     if (cw) {
-      L.comp_raw = static_cast<float*>(st->arena.alloc(S * cap * 2 * cw * 4));
-      L.comp_entry = static_cast<float*>(st->arena.alloc(S * ecap * d * 4));
+      L.comp_raw = st->arena.alloc<float>(S * cap * 2 * cw);
+      L.comp_entry = st->arena.alloc<float>(S * ecap * d);
       L.ecap = ecap;
     }
     if (iecap) {
-      L.idx_raw = static_cast<float*>(st->arena.alloc(S * cap * 2 * 2 * dI * 4));
-      L.idx_entry = static_cast<float*>(st->arena.alloc(S * iecap * dI * 4));
+      L.idx_raw = st->arena.alloc<float>(S * cap * 2 * 2 * dI);
+      L.idx_entry = st->arena.alloc<float>(S * iecap * dI);
       L.idx_ecap = iecap;
     }
   }
@@ -638,8 +602,8 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   const int64_t cwmax = std::max<int64_t>(2 * cfg_.head_dim, 2 * cfg_.idx_head_dim);
   const int64_t PK = int64_t(T) * cfg_.top_k, I = cfg_.moe_inter, GO = int64_t(cfg_.o_groups) * cfg_.o_lora;
   const int64_t gin = Hd / std::max(cfg_.o_groups, 1);
-  auto f = [&](int64_t count) { return static_cast<float*>(scratch_.alloc(sizeof(float) * std::max<int64_t>(count, 1))); };
-  auto i32 = [&](int64_t count) { return static_cast<int32_t*>(scratch_.alloc(sizeof(int32_t) * std::max<int64_t>(count, 1))); };
+  auto f = [&](int64_t count) { return scratch_.alloc<float>(static_cast<size_t>(count)); };
+  auto i32 = [&](int64_t count) { return scratch_.alloc<int32_t>(static_cast<size_t>(count)); };
   X_ = f(T * n * D);
   z_ = f(T * M);
   post_ = f(T * n);
@@ -678,7 +642,7 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   hh_ = f(int64_t(n_logits) * D);
   logits_ = f(int64_t(n_logits) * cfg_.vocab);
   const int TL = std::max(T, n_logits);
-  xparts_ = static_cast<double*>(scratch_.alloc(sizeof(double) * TL * v4::sumsq_chunks(n * D)));
+  xparts_ = scratch_.alloc<double>(static_cast<size_t>(TL) * v4::sumsq_chunks(n * D));
   umix_ = f(TL * D);
   uparts_ = f(TL * ((D + 255) / 256));
   gu_ = f(PK * 2 * I);
@@ -702,7 +666,7 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
   ids_ = i32(n_logits);
   // Row metadata: tokens, positions, slots, logit rows, 2 job counts, 2 job lists.
   meta_bytes_ = sizeof(int32_t) * (3 * size_t(T) + n_logits + 2) + sizeof(v4::PoolJob) * 2 * size_t(T);
-  auto* base = static_cast<uint8_t*>(scratch_.alloc(meta_bytes_));
+  auto* base = scratch_.alloc<uint8_t>(meta_bytes_);
   meta_.token = reinterpret_cast<int32_t*>(base);
   meta_.pos = meta_.token + T;
   meta_.slot = meta_.pos + T;

@@ -43,6 +43,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_arena.h"
 #include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -67,35 +68,6 @@ namespace dsinfer {
 
 namespace cuda {
 namespace {
-
-// Device allocations freed together (weights for the model's life; workspace per size).
-class DeviceArena {
- public:
-  DeviceArena() = default;
-  DeviceArena(const DeviceArena&) = delete;
-  DeviceArena& operator=(const DeviceArena&) = delete;
-  ~DeviceArena() { release(); }
-  void release() {
-    for (void* p : ptrs_) cudaFree(p);
-    ptrs_.clear();
-  }
-  template <typename T>
-  T* alloc(size_t n) {
-    void* p = nullptr;
-    DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    ptrs_.push_back(p);
-    return static_cast<T*>(p);
-  }
-  template <typename T>
-  T* upload(const T* host, size_t n) {
-    T* d = alloc<T>(n);
-    DSINFER_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
-  }
-
- private:
-  std::vector<void*> ptrs_;
-};
 
 struct LayerWeights {
   bf16 *qkv = nullptr, *o = nullptr, *gu = nullptr, *down = nullptr;
