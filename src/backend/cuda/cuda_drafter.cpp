@@ -30,6 +30,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "backend/cuda/cuda_arena.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_drafter_kernels.h"
 #include "backend/cuda/cuda_gemm.h"
@@ -158,16 +159,11 @@ class CudaDeepSpecDrafter final : public Drafter {
   void apply_window(CudaDraftSeq& s) const;
   template <typename T>
   T* upload(const T* host, size_t n) {
-    T* d = alloc<T>(n);
-    DSINFER_CUDA_CHECK(cudaMemcpy(d, host, n * sizeof(T), cudaMemcpyHostToDevice));
-    return d;
+    return weights_.upload(host, n);
   }
   template <typename T>
   T* alloc(size_t n) {
-    void* p = nullptr;
-    DSINFER_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    weights_.push_back(p);
-    return static_cast<T*>(p);
+    return weights_.alloc<T>(n);
   }
   const bf16* upload_matrix(const WeightView& w);
   // The target's device copy when the checkpoint's [V, H] tensor is byte-identical to the
@@ -228,7 +224,7 @@ class CudaDeepSpecDrafter final : public Drafter {
   std::shared_ptr<StreamHolder> stream_;
   std::unique_ptr<Gemm> gemm_;
   mutable std::mutex mu_;
-  std::vector<void*> weights_;
+  DeviceArena weights_;  // the drafter's device matrices, freed with it
   const bf16 *embed_ = nullptr, *head_ = nullptr, *fc_ = nullptr, *kv_all_ = nullptr, *w1_ = nullptr, *w2_ = nullptr;
   float *kv_bias_all_ = nullptr, *hidden_norm_ = nullptr, *final_norm_ = nullptr, *q_norm_all_ = nullptr,
         *k_norm_all_ = nullptr, *inv_freq_ = nullptr, *conf_w_ = nullptr;
@@ -373,7 +369,6 @@ CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
       std::fprintf(stderr, "  %-15s items <= %4d: %7lld passes, %8.3f ms each\n", k.first.c_str(), k.second,
                    static_cast<long long>(v.second), v.first / static_cast<double>(v.second));
   }
-  for (void* p : weights_) cudaFree(p);
 }
 
 const bf16* CudaDeepSpecDrafter::upload_matrix(const WeightView& w) {
