@@ -52,7 +52,7 @@ date -u | tee "$OUT/env.txt"
 # The random 4B model takes minutes of CPU: start it first, in the background (a second run
 # of this script in the same call reuses it).
 MAKE_PID=""
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]] && [ ! -e /tmp/q4b/config.json ]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]] && [ ! -e /tmp/q4b/config.json ]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
@@ -80,7 +80,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
@@ -145,6 +145,22 @@ if [[ " $STEPS " == *" ncu "* ]]; then
     --metrics gpu__time_duration.sum -s 657 -c 219 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda \
     --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 2 --repeat 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
   echo "== ncu"; python3 "$R/scripts/ncu_summary.py" "$OUT/ncu.csv" || tail -5 "$OUT/ncu.err"
+fi
+if [[ " $STEPS " == *" ncuab "* ]]; then
+  # Kernel durations per variant (NCU_VARIANTS: space-separated VAR=VALUE[+VAR=VALUE], "-" for
+  # none) over an eager run (prompt NCU_PROMPT, 4 decode steps), kernels matching NCU_KERNELS,
+  # grouped by kernel and grid (scripts/ncu_kernels.py): for A/B runs of kernel variants.
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  i=0
+  for v in ${NCU_VARIANTS:--}; do
+    i=$((i + 1))
+    envs=(); [ "$v" != - ] && IFS=+ read -ra envs <<< "$v"
+    env "${envs[@]}" DSINFER_CUDA_PDL=0 timeout 200 "$NCU" --clock-control none --cache-control none --csv \
+      --metrics gpu__time_duration.sum -k "regex:${NCU_KERNELS:-attention|gemm_rows}" "$DEV/dsinfer" bench-model \
+      --model-path /tmp/q4b --device cuda --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 4 \
+      --repeat 1 > "$OUT/ncuab_$i.csv" 2> "$OUT/ncuab_$i.err"
+    echo "== ncu $v"; python3 "$R/scripts/ncu_kernels.py" "$OUT/ncuab_$i.csv" 12 || tail -5 "$OUT/ncuab_$i.err"
+  done
 fi
 if [[ " $STEPS " == *" engine "* ]]; then
   # Random DSpark drafter for the 4B shape, and random prompt ids (no tokenizer in /tmp/q4b).
