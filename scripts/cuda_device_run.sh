@@ -11,7 +11,8 @@
 # gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
 # DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
 # DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
-# durations of one eager decode step at position NCU_PROMPT. VERIFY_BLOCKS (e.g. 1,2,4,8,16)
+# durations of one eager decode step at position NCU_PROMPT; "ncuab": kernel durations per
+# NCU_VARIANTS environment (A/B of kernel variants, scripts/ncu_kernels.py). VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
 # the same model with a random DSpark drafter (scripts/make_random_dspark.py, drafter on the
 # CPU) in the synthetic-acceptance mode: ENGINE_POLICIES (default none,dspark) x

@@ -554,17 +554,18 @@ TEST(CudaDrafter, DFlashOnGpuAgreesWithTheHostDrafter) {
   expect_gpu_drafter_agrees(kRoot + "/dflash");
 }
 
-namespace {
-
-// The default GPU drafter and one loaded with `switch_off`=0 give the same drafts and
-// confidence logits, bit for bit, over passes of one shape (eager, capture, replays) and of
+// The greedy propose pass replays a CUDA graph from the second pass of a shape on: the same
+// drafts and confidence logits, bit for bit, as passes launched kernel by kernel
+// (DSINFER_CUDA_DRAFTER_GRAPHS=0), over passes of one shape (capture, then replays) and of
 // others, with context committed in between.
-void expect_same_drafts_with_switch_off(const char* switch_off) {
+TEST(CudaDrafter, GraphReplayGivesTheEagerDrafts) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";
   EngineFixture& f = engine_fixture();
   auto graphed = load_drafter(kRoot + "/dspark", *f.model);
-  setenv(switch_off, "0", 1);
+  setenv("DSINFER_CUDA_DRAFTER_GRAPHS", "0", 1);
   auto eager = load_drafter(kRoot + "/dspark", *f.model);
-  unsetenv(switch_off);
+  unsetenv("DSINFER_CUDA_DRAFTER_GRAPHS");
   const int N = 3;
   struct Side {
     const Drafter* d;
@@ -613,24 +614,6 @@ void expect_same_drafts_with_switch_off(const char* switch_off) {
       EXPECT_FALSE(got[0][i].tokens.empty());
     }
   }
-}
-
-}  // namespace
-
-// The greedy propose pass replays a CUDA graph from the second pass of a shape on: the drafts
-// of passes launched kernel by kernel (DSINFER_CUDA_DRAFTER_GRAPHS=0).
-TEST(CudaDrafter, GraphReplayGivesTheEagerDrafts) {
-  SKIP_WITHOUT_GPU();
-  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";
-  expect_same_drafts_with_switch_off("DSINFER_CUDA_DRAFTER_GRAPHS");
-}
-
-// The vanilla Markov head's positions in one launch (draft_markov_chain, with its grid
-// barriers) give the drafts of two launches per position (DSINFER_CUDA_MARKOV_CHAIN=0).
-TEST(CudaDrafter, OneLaunchMarkovChainGivesThePerPositionDrafts) {
-  SKIP_WITHOUT_GPU();
-  if (!std::filesystem::exists(kRoot + "/dspark/model.safetensors")) GTEST_SKIP() << "shipped DSpark absent";
-  expect_same_drafts_with_switch_off("DSINFER_CUDA_MARKOV_CHAIN");
 }
 
 TEST(CudaDrafter, DraftsAreBatchInvariantAndSampledItemsCarryQ) {

@@ -225,11 +225,6 @@ class CudaDeepSpecDrafter final : public Drafter {
   std::unique_ptr<Gemm> gemm_;
   mutable std::mutex mu_;
   DeviceArena weights_;  // the drafter's device matrices, freed with it
-  // The vanilla Markov head's positions as one launch (draft_markov_chain) instead of two
-  // launches per position; DSINFER_CUDA_MARKOV_CHAIN=0 keeps the per-position launches.
-  // chain_bar_: the kernel's grid-barrier counters.
-  bool markov_chain_ = false;
-  unsigned* chain_bar_ = nullptr;
   const bf16 *embed_ = nullptr, *head_ = nullptr, *fc_ = nullptr, *kv_all_ = nullptr, *w1_ = nullptr, *w2_ = nullptr;
   float *kv_bias_all_ = nullptr, *hidden_norm_ = nullptr, *final_norm_ = nullptr, *q_norm_all_ = nullptr,
         *k_norm_all_ = nullptr, *inv_freq_ = nullptr, *conf_w_ = nullptr;
@@ -344,12 +339,6 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
     vanilla_ = t == MarkovHead::Type::Vanilla;
     w1_ = upload_matrix(store_->matrix("markov_head.markov_w1.weight", V_, rank_));
     w2_ = upload_matrix(store_->matrix("markov_head.markov_w2.weight", V_, rank_));
-    markov_chain_ = vanilla_ && env_switch("DSINFER_CUDA_MARKOV_CHAIN", true) &&
-                    draft_markov_chain_supported(rank_, V_, w1_, w2_);
-    if (markov_chain_) {
-      chain_bar_ = weights_.alloc<unsigned>(2);
-      DSINFER_CUDA_CHECK(cudaMemset(chain_bar_, 0, 2 * sizeof(unsigned)));
-    }
   }
   if (cfg.confidence_head) {
     conf_with_markov_ = cfg.confidence_with_markov < 0 ? cfg.markov_rank > 0 : cfg.confidence_with_markov == 1;
@@ -674,10 +663,7 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     if (conf_) draft_conf_hdot(x, H, d_lr, NL, final_norm_, eps_, conf_w_, hdot, st);
     // Position k needs the argmax of k - 1 (its Markov bias and confidence condition on it):
     // positions run in order, each over all items, without leaving the device.
-    if (markov_chain_)
-      draft_markov_chain(max_n, R, d_anc, keys, ids, w1_, rank_, hdot, conf_with_markov_ ? conf_w_ + H_ : nullptr, conf_b_,
-                         z, w2_, V_, logits, chain_bar_, st);
-    for (int k = 0; k < max_n && !markov_chain_; ++k) {
+    for (int k = 0; k < max_n; ++k) {
       if (markov_ || conf_)
         draft_markov_step(k, R, d_anc, keys, ids, w1_, rank_, e, hdot, conf_with_markov_ ? conf_w_ + H_ : nullptr,
                           conf_b_, z, st);

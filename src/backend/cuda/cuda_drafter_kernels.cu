@@ -1,11 +1,8 @@
 // dsinfer CUDA backend: the drafter's own kernels (see cuda_drafter_kernels.h). Formulas
 // follow the target's kernels (cuda_kernels.cu, cuda_attention.cu): the same RMSNorm, the
 // same rotate-half RoPE, the same online softmax; reductions in a fixed order per row.
-#include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdint>
-#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_drafter_kernels.h"
@@ -247,151 +244,6 @@ __global__ void markov_step_kernel(int k, int R, const int32_t* __restrict__ anc
   }
 }
 
-// The Markov chain of a greedy pass in one launch (draft_markov_chain): positions in order,
-// a grid barrier between them. Per position k and item i: prev_i (the anchor, or the argmax
-// of position k - 1, read after the barrier); block 0 writes ids and the confidence logit as
-// markov_step_kernel does (its 64-thread sum: warps 0 and 1, the same tree); every block
-// adds e_i · W2ᵀ into its share of the logit row (features in pairs, one warp per pair,
-// lane l over the 8-element chunks l, l + 32, ... in order, the row kernel's xor tree and
-// Y += sum) and folds the row's argmax key in with atomicMax. Bits: those of the step
-// kernel + the row-kernel GEMM.
-constexpr int kChainWarps = 4;
-constexpr int kChainPairs = 8;  // feature pairs per warp, their W2 rows in registers
-__device__ __forceinline__ void chain_unpack8(const uint4& v, float* f) {
-  const __nv_bfloat162* p = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 t = __bfloat1622float2(p[i]);
-    f[2 * i] = t.x;
-    f[2 * i + 1] = t.y;
-  }
-}
-__device__ __forceinline__ unsigned long long chain_argmax_key(float v, int n) {
-  const unsigned b = __float_as_uint(v);
-  const unsigned ord = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - static_cast<unsigned>(n));
-}
-__device__ __forceinline__ unsigned chain_load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__global__ void __launch_bounds__(32 * kChainWarps)
-    markov_chain_kernel(int n_pos, int R, const int32_t* __restrict__ anchors, unsigned long long* keys,
-                        int32_t* __restrict__ ids, const bf16* __restrict__ w1, int rank, const float* __restrict__ hdot,
-                        const float* __restrict__ w_e, float conf_b, float* __restrict__ z,
-                        const bf16* __restrict__ w2, int V, float* __restrict__ logits, unsigned* bar) {
-  __shared__ float red[2];
-  __shared__ unsigned long long best_w[kChainWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, G = gridDim.x;
-  const int chunks = rank / 8, pairs = (V + 1) / 2;
-  // This warp's feature pairs p0, p0 + stride, ... (at most kChainPairs: checked at launch),
-  // their W2 rows held in registers for every position and item (lane l: chunk l).
-  const int stride = G * kChainWarps, p0 = blockIdx.x * kChainWarps + warp;
-  const int np = p0 < pairs ? min(kChainPairs, (pairs - p0 + stride - 1) / stride) : 0;
-  uint4 wr[kChainPairs][2];
-#pragma unroll
-  for (int q = 0; q < kChainPairs; ++q)
-    if (q < np && lane < chunks) {
-      const int n0 = 2 * (p0 + q * stride), n1 = min(n0 + 1, V - 1);
-      wr[q][0] = __ldg(reinterpret_cast<const uint4*>(w2 + static_cast<int64_t>(n0) * rank) + lane);
-      wr[q][1] = __ldg(reinterpret_cast<const uint4*>(w2 + static_cast<int64_t>(n1) * rank) + lane);
-    }
-  for (int k = 0; k < n_pos; ++k) {
-    for (int i = 0; i < R; ++i) {
-      const int64_t row = static_cast<int64_t>(k) * R + i;
-      const int32_t prev = k == 0 ? anchors[i] : static_cast<int32_t>(0xffffffffu - static_cast<unsigned>(
-                                                     __ldcg(keys + row - R) & 0xffffffffu));
-      const bf16* e = w1 + static_cast<int64_t>(prev) * rank;
-      if (blockIdx.x == 0) {
-        if (k > 0 && threadIdx.x == 0) ids[row - R] = prev;
-        if (z) {  // markov_step_kernel's sum over its 64 threads
-          float d = 0.0f;
-          if (threadIdx.x < 64 && w_e)
-            for (int j = threadIdx.x; j < rank; j += 64) d = fmaf(w_e[j], __bfloat162float(e[j]), d);
-          if (warp < 2) {
-            d = warp_sum(d);
-            if (lane == 0) red[warp] = d;
-          }
-          __syncthreads();
-          if (threadIdx.x == 0) {
-            float sum = 0.0f;
-            for (int w = 0; w < 2; ++w) sum += red[w];
-            z[row] = hdot[row] + sum + conf_b;
-          }
-          __syncthreads();
-        }
-      }
-      float* y = logits + row * V;
-      // This warp's pairs: the logits they add to (lane 0), then the sums from registers.
-      float yv[kChainPairs][2];
-      if (lane == 0)
-#pragma unroll
-        for (int q = 0; q < kChainPairs; ++q)
-          if (q < np) {
-            const int n0 = 2 * (p0 + q * stride);
-            yv[q][0] = y[n0];
-            yv[q][1] = n0 + 1 < V ? y[n0 + 1] : 0.0f;
-          }
-      float a[8] = {};
-      if (lane < chunks) chain_unpack8(__ldg(reinterpret_cast<const uint4*>(e) + lane), a);
-      unsigned long long best = 0ull;
-#pragma unroll
-      for (int q = 0; q < kChainPairs; ++q) {
-        if (q >= np) break;
-        const int n0 = 2 * (p0 + q * stride), nw = min(2, V - n0);
-        float acc0 = 0.0f, acc1 = 0.0f;
-        if (lane < chunks) {
-          float f0[8], f1[8];
-          chain_unpack8(wr[q][0], f0);
-          chain_unpack8(wr[q][1], f1);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc0 = fmaf(a[j], f0[j], acc0);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc1 = fmaf(a[j], f1[j], acc1);
-        }
-        acc0 = warp_sum(acc0);
-        acc1 = warp_sum(acc1);
-        if (lane == 0) {
-          const float o0 = yv[q][0] + acc0;
-          y[n0] = o0;
-          best = max(best, chain_argmax_key(o0, n0));
-          if (nw == 2) {
-            const float o1 = yv[q][1] + acc1;
-            y[n0 + 1] = o1;
-            best = max(best, chain_argmax_key(o1, n0 + 1));
-          }
-        }
-      }
-      if (lane == 0) best_w[warp] = best;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        unsigned long long b = 0ull;
-        for (int w = 0; w < kChainWarps; ++w) b = max(b, best_w[w]);
-        if (b) atomicMax(keys + row, b);
-      }
-      __syncthreads();
-    }
-    // Grid barrier: every block's keys of position k are in before any block reads them.
-    if (k + 1 < n_pos) {
-      if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(bar, 1u);
-        const unsigned target = static_cast<unsigned>(G) * (k + 1);
-        while (chain_load_acquire(bar) < target) __nanosleep(20);
-      }
-      __syncthreads();
-    }
-  }
-  // The last block out resets the barrier for the next launch (all are past every wait).
-  if (threadIdx.x == 0 && atomicAdd(bar + 1, 1u) == static_cast<unsigned>(G) - 1) {
-    bar[0] = 0;
-    bar[1] = 0;
-    __threadfence();
-  }
-}
-
 __global__ void keys_to_ids_kernel(const unsigned long long* __restrict__ keys, int n, int32_t* __restrict__ ids) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j < n) ids[j] = id_from_key(keys[j]);
@@ -444,43 +296,6 @@ void draft_markov_step(int k, int R, const int32_t* anchors, const unsigned long
   if (R <= 0) return;
   markov_step_kernel<<<R, 64, 0, stream>>>(k, R, anchors, keys, ids, w1, rank, e, hdot, w_e, conf_b, z);
   DSINFER_CUDA_LAUNCHED("draft markov_step_kernel");
-}
-
-namespace {
-int sm_count() {
-  static int sms = 0;
-  if (sms == 0) {
-    int dev = 0;
-    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
-    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  }
-  return sms;
-}
-// One block per SM at most (the barrier needs every block running), each warp holding at
-// most kChainPairs feature pairs.
-int chain_grid(int V) {
-  const int pairs = (V + 1) / 2;
-  return (pairs + kChainWarps * kChainPairs - 1) / (kChainWarps * kChainPairs);
-}
-}  // namespace
-
-bool draft_markov_chain_supported(int rank, int V, const void* w1, const void* w2) {
-  return rank > 0 && rank % 8 == 0 && rank <= 256 && V > 0 && chain_grid(V) <= sm_count() &&
-         reinterpret_cast<uintptr_t>(w1) % 16 == 0 && reinterpret_cast<uintptr_t>(w2) % 16 == 0;
-}
-
-void draft_markov_chain(int n_pos, int R, const int32_t* anchors, unsigned long long* keys, int32_t* ids,
-                        const bf16* w1, int rank, const float* hdot, const float* w_e, float conf_b, float* z,
-                        const bf16* w2, int V, float* logits, unsigned* bar, cudaStream_t stream) {
-  if (R <= 0 || n_pos <= 0) return;
-  if (!draft_markov_chain_supported(rank, V, w1, w2))
-    throw Error("CUDA drafter: the one-launch Markov chain needs rank % 8 == 0 (<= 256), 16-byte aligned heads and "
-                "a vocabulary of at most " + std::to_string(sm_count() * kChainWarps * kChainPairs * 2) + " (rank " +
-                std::to_string(rank) + ", vocabulary " + std::to_string(V) + ")");
-  const int grid = chain_grid(V);
-  markov_chain_kernel<<<grid, 32 * kChainWarps, 0, stream>>>(n_pos, R, anchors, keys, ids, w1, rank, hdot, w_e, conf_b,
-                                                             z, w2, V, logits, bar);
-  DSINFER_CUDA_LAUNCHED("draft markov_chain_kernel");
 }
 
 void draft_keys_to_ids(const unsigned long long* keys, int n, int32_t* ids, cudaStream_t stream) {

@@ -55,17 +55,6 @@ void draft_markov_step(int k, int R, const int32_t* anchors, const unsigned long
                        const bf16* w1, int rank, bf16* e, const float* hdot, const float* w_e, float conf_b, float* z,
                        cudaStream_t stream);
 
-// Positions 0 .. n_pos - 1 of the vanilla Markov head in one launch: for each, what
-// draft_markov_step does (ids, confidence logits z; e is not written) and then the Markov
-// GEMM logits[k * R + i] += W1[prev_i] · W2ᵀ with its argmax keys, the same bits as the
-// step kernel + the row-kernel GEMM (Gemm::run, invariant) per position; a grid barrier
-// between positions. keys must be zero before; bar: 2 device counters, zero before the first
-// launch (left zero). Supported when draft_markov_chain_supported(...).
-bool draft_markov_chain_supported(int rank, int V, const void* w1, const void* w2);
-void draft_markov_chain(int n_pos, int R, const int32_t* anchors, unsigned long long* keys, int32_t* ids,
-                        const bf16* w1, int rank, const float* hdot, const float* w_e, float conf_b, float* z,
-                        const bf16* w2, int V, float* logits, unsigned* bar, cudaStream_t stream);
-
 // ids[j] = the argmax id of keys[j] for j < n.
 void draft_keys_to_ids(const unsigned long long* keys, int n, int32_t* ids, cudaStream_t stream);
 

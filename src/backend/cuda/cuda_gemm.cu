@@ -74,7 +74,7 @@ template <int kMode, bool kVec, int kEpi, int kRowsPerBlock>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
-                     int64_t ld_silu, L2Prefetch next, int interleave, RowCopy copy) {
+                     int64_t ld_silu, L2Prefetch next, int interleave) {
   constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
@@ -294,7 +294,6 @@ __global__ void __launch_bounds__(kMaxThreads)
               float* y = Y + static_cast<int64_t>(m0 + r) * ldy + n0 + o;
               const float out = accumulate ? *y + v[o] : v[o];
               *y = out;
-              if (copy.p) copy.p[static_cast<int64_t>(m0 + r) * copy.ld + n0 + o] = out;
               if (argmax_keys) {
                 const unsigned long long key = argmax_key(out, n0 + o);
                 best[r] = key > best[r] ? key : best[r];
@@ -329,7 +328,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 template <int kMode, bool kVec, int kEpi, int kRows>
 void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy,
                 int M, bool accumulate, unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next,
-                cudaStream_t stream, RowCopy copy) {
+                cudaStream_t stream) {
   auto kernel = gemm_rows_kernel<kMode, kVec, kEpi, kRows>;
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
@@ -364,13 +363,12 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   const int pairs = (N + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(shape.interleave ? std::min(cap, pairs) : (groups + per_block - 1) / per_block, row_groups);
   launch_pdl(PdlSite::Gemv, kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
-             ld_silu, next, shape.interleave ? 1 : 0, copy);
+             ld_silu, next, shape.interleave ? 1 : 0);
 }
 
 template <int kMode, int kEpi>
 void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream,
-            RowCopy copy = {}) {
+            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
   const size_t row_bytes = static_cast<size_t>((K + 7) & ~7) * sizeof(bf16);  // one staged row of A
   static int optin = 0;  // the device's opt-in shared memory per block (one device per process)
   if (optin == 0) {
@@ -390,9 +388,9 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   if (smem > static_cast<size_t>(optin))
     throw Error("CUDA GEMM: K = " + std::to_string(K) + " needs " + std::to_string(smem) +
                 " bytes of shared memory per block, more than the device's " + std::to_string(optin));
-  if (!vec) launch_one<kMode, false, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream, copy);
-  else if (rows == 1) launch_one<kMode, true, kEpi, 1>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream, copy);
-  else launch_one<kMode, true, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream, copy);
+  if (!vec) launch_one<kMode, false, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else if (rows == 1) launch_one<kMode, true, kEpi, 1>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
+  else launch_one<kMode, true, kEpi, 4>(row_groups, smem, in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
   DSINFER_CUDA_LAUNCHED("gemm_rows_kernel");
 }
 
@@ -430,12 +428,12 @@ void set_gemv_shape(GemvShape shape) {
 }
 
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next, RowCopy copy) {
+               cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   switch (in.kind) {
-    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream, copy); break;
-    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream, copy); break;
-    case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream, copy); break;
+    case GemmInput::Bf16: launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
+    case GemmInput::RmsNorm: launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
+    case GemmInput::SiluMul: launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, argmax_keys, nullptr, 0, next, stream); break;
   }
 }
 
@@ -466,10 +464,10 @@ Gemm::~Gemm() {
 }
 
 void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next, RowCopy copy) {
+               bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys, L2Prefetch next) {
   if (M <= 0 || N <= 0) return;
   if (invariant_) {
-    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys, next, copy);
+    gemm_rows(in, W, N, K, Y, ldy, M, accumulate, stream, argmax_keys, next);
     return;
   }
   // Materialise A as BF16 rows, then cuBLAS.
@@ -493,9 +491,6 @@ void Gemm::run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64
                                     CUDA_R_16BF, static_cast<int>(lda), &beta, Y, CUDA_R_32F, static_cast<int>(ldy),
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (argmax_keys) argmax_keys_rows(Y, ldy, M, N, argmax_keys, stream);
-  if (copy.p)
-    DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(copy.p, sizeof(float) * copy.ld, Y, sizeof(float) * ldy, sizeof(float) * N, M,
-                                         cudaMemcpyDeviceToDevice, stream));
 }
 
 void Gemm::run_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,

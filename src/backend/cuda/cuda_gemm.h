@@ -58,15 +58,6 @@ struct GemmInput {
   static GemmInput silu_mul_rows(const float* gu, int64_t ldx) { return {SiluMul, gu, ldx, nullptr, nullptr, 0.0f}; }
 };
 
-// A second destination for the GEMM's output rows: row m of Y is also written to
-// p + m * ld (the row kernel writes both in its epilogue; the cuBLAS path copies after). The
-// decode step uses it for the drafter's captured target rows (x after a layer), so a capture
-// costs no copy of its own.
-struct RowCopy {
-  float* p = nullptr;
-  int64_t ld = 0;
-};
-
 class Gemm {
  public:
   explicit Gemm(bool batch_invariant);
@@ -78,8 +69,7 @@ class Gemm {
   // ldy: row stride of Y. accumulate: Y += A·Wᵀ instead of Y = A·Wᵀ. scratch: room for
   // M * K BF16 values, used by the cuBLAS path to materialise A (may be null for Bf16).
   void run(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {},
-           RowCopy copy = {});
+           bf16* scratch, cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
   // The gate/up projection with SwiGLU as its epilogue: W's rows are (gate_0, up_0, gate_1,
   // up_1, ...) (N = 2I, interleaved at upload) and act[m, i] = bf16(silu(gate_i) * up_i)
   // (row stride ld_act), the same value the SiluMul input computes from [gate | up] rows.
@@ -95,8 +85,7 @@ class Gemm {
 
 // The invariant row kernel alone (tests call it directly).
 void gemm_rows(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
-               cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {},
-               RowCopy copy = {});
+               cudaStream_t stream, unsigned long long* argmax_keys = nullptr, L2Prefetch next = {});
 // The row kernel with the SwiGLU epilogue (Gemm::run_silu's invariant path).
 void gemm_rows_silu(const GemmInput& in, const bf16* W, int N, int K, bf16* act, int64_t ld_act, int M,
                     cudaStream_t stream, L2Prefetch next = {});

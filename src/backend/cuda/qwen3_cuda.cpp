@@ -180,9 +180,6 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // A forward of T rows runs the q/k step inside attention: one row (its key is the only new
   // one of its slot), and no L2 window prefetch riding on the separate q/k kernel.
   bool folds_qk(int T) const { return fold_qk_ && T == 1 && pf_window_ == 0; }
-  // Layer captures written by the down GEMM's epilogue (RowCopy) rather than copied after it;
-  // DSINFER_CUDA_CAPTURE_EPILOGUE=0 copies (for A/B runs).
-  bool capture_epilogue_ = true;
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
@@ -280,7 +277,6 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       std::fprintf(stderr, "DSINFER_CUDA_DIAG_OMIT=%s: timing diagnostic, these kernels are left out and outputs are wrong\n", e);
   }
   device_sampling_ = env_switch("DSINFER_CUDA_SAMPLING", device_sampling_);
-  capture_epilogue_ = env_switch("DSINFER_CUDA_CAPTURE_EPILOGUE", capture_epilogue_);
   {
     double w_mb = 0.0, t_mb = 4.0;  // defaults: docs/PERFORMANCE.md, CUDA batch-1 third pass
     int side = 0;
@@ -631,17 +627,9 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   const int32_t* slot = meta_ + 2 * cap_rows_;
   const int32_t* lrows = meta_ + 3 * cap_rows_;
   const int n_cap = static_cast<int>(capture_layers.size());
-  // A layer's captured rows (x after it) are written by its down GEMM's epilogue (RowCopy):
-  // the first capture of that layer; any other, and the embeddings (layer -1), are copied.
-  auto capture_copy = [&](int layer_id) {
-    if (!capture_epilogue_) return RowCopy{};
+  auto capture = [&](int layer_id) {
     for (int c = 0; c < n_cap; ++c)
-      if (capture_layers[c] == layer_id) return RowCopy{cap_ + static_cast<size_t>(c) * H, static_cast<int64_t>(n_cap) * H};
-    return RowCopy{};
-  };
-  auto capture = [&](int layer_id, const RowCopy& done = {}) {
-    for (int c = 0; c < n_cap; ++c)
-      if (capture_layers[c] == layer_id && cap_ + static_cast<size_t>(c) * H != done.p)
+      if (capture_layers[c] == layer_id)
         DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(cap_ + static_cast<size_t>(c) * H, sizeof(float) * n_cap * H, x_,
                                              sizeof(float) * H, sizeof(float) * H, T, cudaMemcpyDeviceToDevice, s));
   };
@@ -726,11 +714,10 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
       gemm_->run_silu(GemmInput::rmsnorm_rows(x_, H, W.post_norm, eps), W.gu, 2 * I, H, act_, I, T, gu_, hb_, s,
                       range(W.down, b_down, 0, pf_tail_));
     mark("gemm gate|up (+rmsnorm, swiglu)");
-    const RowCopy cap_l = diag_omit_ & kOmitDown ? RowCopy{} : capture_copy(l);
     if (!(diag_omit_ & kOmitDown))
-      gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down, cap_l);
+      gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
     mark("gemm down (+= x)");
-    capture(l, cap_l);
+    capture(l);
   }
   if (n_logits > 0) {
     gemm_->run(GemmInput::rmsnorm_rows(x_, H, final_norm_, eps, lrows), head_, V, H, logits_, V, n_logits, false, hf_,
