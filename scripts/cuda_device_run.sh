@@ -12,7 +12,7 @@
 # DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
 # DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT; "ncuab": kernel durations per
-# NCU_VARIANTS environment (A/B of kernel variants, scripts/ncu_kernels.py). VERIFY_BLOCKS (e.g. 1,2,4,8,16)
+# NCU_VARIANTS environment (A/B of kernel variants, ncu_summary.py --by-kernel). VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
 # the same model with a random DSpark drafter (scripts/make_random_dspark.py, drafter on the
 # CPU) in the synthetic-acceptance mode: ENGINE_POLICIES (default none,dspark) x
@@ -150,7 +150,7 @@ fi
 if [[ " $STEPS " == *" ncuab "* ]]; then
   # Kernel durations per variant (NCU_VARIANTS: space-separated VAR=VALUE[+VAR=VALUE], "-" for
   # none) over an eager run (prompt NCU_PROMPT, 4 decode steps), kernels matching NCU_KERNELS,
-  # grouped by kernel and grid (scripts/ncu_kernels.py): for A/B runs of kernel variants.
+  # grouped by kernel and grid (scripts/ncu_summary.py --by-kernel): for A/B runs of kernel variants.
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   i=0
   for v in ${NCU_VARIANTS:--}; do
@@ -160,7 +160,7 @@ if [[ " $STEPS " == *" ncuab "* ]]; then
       --metrics gpu__time_duration.sum -k "regex:${NCU_KERNELS:-attention|gemm_rows}" "$DEV/dsinfer" bench-model \
       --model-path /tmp/q4b --device cuda --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 4 \
       --repeat 1 > "$OUT/ncuab_$i.csv" 2> "$OUT/ncuab_$i.err"
-    echo "== ncu $v"; python3 "$R/scripts/ncu_kernels.py" "$OUT/ncuab_$i.csv" 12 || tail -5 "$OUT/ncuab_$i.err"
+    echo "== ncu $v"; python3 "$R/scripts/ncu_summary.py" --by-kernel "$OUT/ncuab_$i.csv" 12 || tail -5 "$OUT/ncuab_$i.err"
   done
 fi
 if [[ " $STEPS " == *" engine "* ]]; then
