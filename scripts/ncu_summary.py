@@ -22,7 +22,7 @@ for r in csv.DictReader(lines):
     v = float(r["Metric Value"].replace(",", ""))
     unit = r.get("Metric Unit", "ns")
     us = v / 1e3 if unit in ("ns", "nsecond") else v * 1e3 if unit in ("ms", "msecond") else v if unit in ("us", "usecond") else v / 1e3
-    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("<unnamed>::", "").replace("dsinfer::cuda::", "")
+    name = r["Kernel Name"].replace("(anonymous namespace)::", "").replace("<unnamed>::", "").replace("unnamed>::", "").replace("dsinfer::cuda::", "")
     if by_kernel:
         name = re.sub(r"^void ", "", re.sub(r"\(.*", "", name)).strip()  # keeps template arguments
     else:
