@@ -157,14 +157,6 @@ class CudaDeepSpecDrafter final : public Drafter {
   size_t seq_bytes(int cap) const { return static_cast<size_t>(L_) * 2 * NKV_ * cap * D_ * sizeof(bf16); }
   void ensure_capacity(CudaDraftSeq& s, int rows_needed) const;
   void apply_window(CudaDraftSeq& s) const;
-  template <typename T>
-  T* upload(const T* host, size_t n) {
-    return weights_.upload(host, n);
-  }
-  template <typename T>
-  T* alloc(size_t n) {
-    return weights_.alloc<T>(n);
-  }
   const bf16* upload_matrix(const WeightView& w);
   // The target's device copy when the checkpoint's [V, H] tensor is byte-identical to the
   // target's (frozen copies in DeepSpec training), else our own upload.
@@ -272,13 +264,13 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   store_ = std::make_unique<WeightStore>(b.model_dir, "bf16");
   const RopeParams rope = compute_rope_params(b.rope, D_, b.max_position_embeddings);
   attention_factor_ = rope.attention_factor;
-  inv_freq_ = upload(rope.inv_freq.data(), rope.inv_freq.size());
+  inv_freq_ = weights_.upload(rope.inv_freq.data(), rope.inv_freq.size());
   const int64_t H = H_, F = int64_t{m_} * H;
   fc_ = upload_matrix(store_->matrix("fc.weight", H, F));
   const std::vector<float> hn = store_->vector_f32("hidden_norm.weight", H);
-  hidden_norm_ = upload(hn.data(), hn.size());
+  hidden_norm_ = weights_.upload(hn.data(), hn.size());
   final_norm_host_ = store_->vector_f32("norm.weight", H);
-  final_norm_ = upload(final_norm_host_.data(), final_norm_host_.size());
+  final_norm_ = weights_.upload(final_norm_host_.data(), final_norm_host_.size());
 
   const Qwen3LayerDims d = qwen3_layer_dims(b);
   const int64_t NQ = d.q_width(), NK = d.kv_width(), I = d.intermediate;
@@ -292,14 +284,14 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   for (int l = 0; l < L_; ++l) {
     const Qwen3LayerWeights w = load_qwen3_layer(*store_, "layers." + std::to_string(l) + ".", d, b.attention_bias);
     DraftLayer& Lw = layers_[l];
-    bf16* qkv = alloc<bf16>((NQ + 2 * NK) * H);
+    bf16* qkv = weights_.alloc<bf16>((NQ + 2 * NK) * H);
     DSINFER_CUDA_CHECK(cudaMemcpy(qkv, bf16_rows(w.q), NQ * H * sizeof(bf16), cudaMemcpyHostToDevice));
     DSINFER_CUDA_CHECK(cudaMemcpy(qkv + NQ * H, bf16_rows(w.k), NK * H * sizeof(bf16), cudaMemcpyHostToDevice));
     DSINFER_CUDA_CHECK(cudaMemcpy(qkv + (NQ + NK) * H, bf16_rows(w.v), NK * H * sizeof(bf16), cudaMemcpyHostToDevice));
     Lw.qkv = qkv;
     Lw.o = const_cast<bf16*>(upload_matrix(w.o));
     // gate and up interleaved by row, as the target (Gemm::run_silu's SwiGLU epilogue).
-    bf16* gu = alloc<bf16>(2 * I * H);
+    bf16* gu = weights_.alloc<bf16>(2 * I * H);
     DSINFER_CUDA_CHECK(cudaMemcpy2D(gu, 2 * H * sizeof(bf16), bf16_rows(w.gate), H * sizeof(bf16), H * sizeof(bf16), I,
                                     cudaMemcpyHostToDevice));
     DSINFER_CUDA_CHECK(cudaMemcpy2D(gu + H, 2 * H * sizeof(bf16), bf16_rows(w.up), H * sizeof(bf16), H * sizeof(bf16), I,
@@ -312,20 +304,20 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
       std::vector<float> bq(w.q_bias);
       bq.insert(bq.end(), w.k_bias.begin(), w.k_bias.end());
       bq.insert(bq.end(), w.v_bias.begin(), w.v_bias.end());
-      Lw.qkv_bias = upload(bq.data(), bq.size());
-      Lw.o_bias = upload(w.o_bias.data(), w.o_bias.size());
+      Lw.qkv_bias = weights_.upload(bq.data(), bq.size());
+      Lw.o_bias = weights_.upload(w.o_bias.data(), w.o_bias.size());
       kv_bias.insert(kv_bias.end(), w.k_bias.begin(), w.k_bias.end());
       kv_bias.insert(kv_bias.end(), w.v_bias.begin(), w.v_bias.end());
     }
     qn.insert(qn.end(), w.q_norm.begin(), w.q_norm.end());
     kn.insert(kn.end(), w.k_norm.begin(), w.k_norm.end());
-    Lw.in_norm = upload(w.in_norm.data(), w.in_norm.size());
-    Lw.post_norm = upload(w.post_norm.data(), w.post_norm.size());
+    Lw.in_norm = weights_.upload(w.in_norm.data(), w.in_norm.size());
+    Lw.post_norm = weights_.upload(w.post_norm.data(), w.post_norm.size());
   }
-  kv_all_ = upload(kv_all.data(), kv_all.size());
-  if (!kv_bias.empty()) kv_bias_all_ = upload(kv_bias.data(), kv_bias.size());
-  q_norm_all_ = upload(qn.data(), qn.size());
-  k_norm_all_ = upload(kn.data(), kn.size());
+  kv_all_ = weights_.upload(kv_all.data(), kv_all.size());
+  if (!kv_bias.empty()) kv_bias_all_ = weights_.upload(kv_bias.data(), kv_bias.size());
+  q_norm_all_ = weights_.upload(qn.data(), qn.size());
+  k_norm_all_ = weights_.upload(kn.data(), kn.size());
 
   embed_ = shared_or_own("embed_tokens.weight", target.host_embedding(), ct.device_embedding());
   head_ = shared_or_own("lm_head.weight", target.host_lm_head(), ct.device_lm_head());
@@ -346,7 +338,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
     conf_ = std::make_unique<ConfidenceHead>(*store_, H_, re);
     std::vector<float> w(static_cast<size_t>(H_) + re);
     weight_row_to_f32(store_->matrix("confidence_head.proj.weight", 1, int64_t{H_} + re), 0, w.data());
-    conf_w_ = upload(w.data(), w.size());
+    conf_w_ = weights_.upload(w.data(), w.size());
     conf_b_ = store_->vector_f32("confidence_head.proj.bias", 1)[0];
   }
   info_.kind = (markov_ || conf_) ? "dspark" : "dflash-deepspec";
@@ -373,7 +365,7 @@ CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
 
 const bf16* CudaDeepSpecDrafter::upload_matrix(const WeightView& w) {
   if (w.dtype != DType::BF16) throw Error("CUDA drafter upload: expected a BF16 matrix after conversion");
-  return upload(static_cast<const bf16*>(w.data), static_cast<size_t>(w.rows * w.cols));
+  return weights_.upload(static_cast<const bf16*>(w.data), static_cast<size_t>(w.rows * w.cols));
 }
 
 const bf16* CudaDeepSpecDrafter::shared_or_own(const std::string& name, const WeightView* t, const bf16* td) {
