@@ -8,8 +8,8 @@
 # or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
-# gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl 1 runs with
-# DSINFER_CUDA_PDL=1, programmatic dependent launch on; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
+# gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl is the
+# DSINFER_CUDA_PDL value, default 1 as in the engine, 0 turns programmatic dependent launch off; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
 # DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT; "ncuab": kernel durations per
 # NCU_VARIANTS environment (A/B of kernel variants, ncu_summary.py --by-kernel). VERIFY_BLOCKS (e.g. 1,2,4,8,16)
@@ -29,7 +29,8 @@
 # DSINFER_CUDA_SAMPLING=1 (sampling on the GPU) and 0 (logit rows to the host), concurrency
 # SAMPLING_CONCURRENCY (default 1,8,64), $OUT/sampling_*.json. "grid": the issue-5 grid on
 # the embedded models (scripts/device_engine_grid.sh: GRID_*, VARIANTS). "v4": DeepSeek-V4 on the
-# GPU (below: V4_LAYERS, V4_EXPERTS, V4_PROMPT, V4_DECODE, V4_VERIFY). TESTS: the test binaries the
+# GPU (below: V4_LAYERS, V4_EXPERTS, V4_PROMPT, V4_DECODE, V4_VERIFY). "shapes": batch-1 decode
+# of other Qwen3 shapes per DSINFER_CUDA_PDL value (below: SHAPES, SHAPE_PDL). TESTS: the test binaries the
 # "tests" step runs (default: all four). DECODE / PROMPT: bench-model's token counts.
 set -u
 R=$PWD
@@ -87,13 +88,27 @@ fi
 if [[ " $STEPS " == *" bench "* ]]; then
   for v in ${BENCH_VARIANTS:-invariant:on cublas:on invariant:off}; do
     IFS=: read -r g gr pdl extra <<< "$v"
-    pdl=${pdl:-0}
+    pdl=${pdl:-1}
     name=bench_4b_${g}_graphs_${gr}_pdl${pdl}${extra:+_$(echo "$extra" | tr -c 'A-Za-z0-9\n' _)}
     env ${extra//+/ } DSINFER_CUDA_PDL=$pdl timeout 240 "$DEV/dsinfer" bench-model --model-path /tmp/q4b --device cuda --cuda-gemm $g --cuda-graphs $gr \
       --prompt-tokens ${PROMPT:-32} --decode-tokens ${DECODE:-256} --repeat 3 ${VERIFY_BLOCKS:+--verify-blocks $VERIFY_BLOCKS} \
       --json > "$OUT/$name.json" 2>> "$OUT/bench.err"
-    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
+    python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: j[k] for k in ['decode_tokens_per_s','decode_tokens_per_s_median','prefill_tokens_per_s','memory_bandwidth_gbs','weight_bytes_per_decode_token','roofline_decode_tokens_per_s','roofline_pct']}); print('  device', j['device']); [print('  verify', v) for v in j.get('verify_blocks', [])]" \
       "$OUT/$name.json" "$g/graphs-$gr/pdl-$pdl${extra:+/$extra}" || tail -5 "$OUT/bench.err"
+  done
+fi
+# "shapes": batch-1 decode of other random Qwen3 shapes (SHAPES, default qwen3-0.6b
+# qwen3-1.7b), graphs on, invariant GEMMs, once per DSINFER_CUDA_PDL value in SHAPE_PDL
+# (default "0 1"): where programmatic dependent launch starts to pay or cost.
+if [[ " $STEPS " == *" shapes "* ]]; then
+  for like in ${SHAPES:-qwen3-0.6b qwen3-1.7b}; do
+    [ -e /tmp/$like/config.json ] || "$DEV/dsinfer" make-random-model --like $like --dtype bf16 --out /tmp/$like > /tmp/make_$like.log 2>&1
+    for pdl in ${SHAPE_PDL:-0 1}; do
+      DSINFER_CUDA_PDL=$pdl timeout 200 "$DEV/dsinfer" bench-model --model-path /tmp/$like --device cuda --prompt-tokens ${PROMPT:-32} \
+        --decode-tokens ${DECODE:-256} --repeat 3 --json > "$OUT/shape_${like}_pdl$pdl.json" 2>> "$OUT/bench.err"
+      python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[2], {k: round(j[k], 2) for k in ['decode_tokens_per_s','decode_tokens_per_s_median','roofline_pct']}, j['device'].split('pdl ')[-1])" \
+        "$OUT/shape_${like}_pdl$pdl.json" "$like pdl=$pdl" || tail -5 "$OUT/bench.err"
+    done
   done
 fi
 if [[ " $STEPS " == *" v4 "* ]]; then

@@ -21,7 +21,7 @@ Runner register_make_random_model(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* sub = app.add_subcommand("make-random-model", "Write a random-weight Qwen3 checkpoint (for benchmarks)");
-  sub->add_option("--like", a->like, "Shape preset: qwen3-0.6b | qwen3-4b | tiny")->capture_default_str();
+  sub->add_option("--like", a->like, "Shape preset: qwen3-0.6b | qwen3-1.7b | qwen3-4b | tiny")->capture_default_str();
   sub->add_option("--dtype", a->dtype, "Weight dtype: bf16 | f32")->capture_default_str();
   sub->add_option("--out", a->out, "Output directory")->required();
   sub->add_option("--seed", a->seed, "Random seed")->capture_default_str();

@@ -60,7 +60,8 @@ void check_device_available(const DeviceArgs& a) {
 std::string device_summary(const DeviceArgs& a) {
   if (!device_is_cuda(a)) return "cpu";
 #ifdef DSINFER_HAS_CUDA
-  return "cuda: " + cuda_device_description() + ", gemm " + a.cuda_gemm + ", graphs " + a.cuda_graphs;
+  return "cuda: " + cuda_device_description() + ", gemm " + a.cuda_gemm + ", graphs " + a.cuda_graphs + ", pdl " +
+         cuda_pdl_summary();
 #else
   return "cuda (unavailable)";
 #endif

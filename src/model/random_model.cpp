@@ -62,6 +62,9 @@ ModelConfig random_model_preset(const std::string& like) {
   if (like == "qwen3-0.6b") {
     c.vocab_size = 151936, c.hidden_size = 1024, c.intermediate_size = 3072, c.num_hidden_layers = 28;
     c.num_attention_heads = 16, c.num_key_value_heads = 8, c.head_dim = 128, c.tie_word_embeddings = true;
+  } else if (like == "qwen3-1.7b") {
+    c.vocab_size = 151936, c.hidden_size = 2048, c.intermediate_size = 6144, c.num_hidden_layers = 28;
+    c.num_attention_heads = 16, c.num_key_value_heads = 8, c.head_dim = 128, c.tie_word_embeddings = true;
   } else if (like == "qwen3-4b") {
     c.vocab_size = 151936, c.hidden_size = 2560, c.intermediate_size = 9728, c.num_hidden_layers = 36;
     c.num_attention_heads = 32, c.num_key_value_heads = 8, c.head_dim = 128, c.tie_word_embeddings = true;
@@ -73,7 +76,7 @@ ModelConfig random_model_preset(const std::string& like) {
     c.eos_token_ids = {2};
     c.bos_token_id = 1;
   } else {
-    throw Error("--like '" + like + "': unknown preset (expected qwen3-0.6b, qwen3-4b or tiny)");
+    throw Error("--like '" + like + "': unknown preset (expected qwen3-0.6b, qwen3-1.7b, qwen3-4b or tiny)");
   }
   return c;
 }

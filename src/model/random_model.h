@@ -13,7 +13,7 @@
 
 namespace dsinfer {
 
-// Shapes of the published Qwen3 checkpoints: "qwen3-0.6b", "qwen3-4b", and "tiny" (a small
+// Shapes of the published Qwen3 checkpoints: "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", and "tiny" (a small
 // shape for smoke tests). Throws Error naming the preset otherwise.
 ModelConfig random_model_preset(const std::string& like);
 

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "cuda_test_util.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -400,6 +401,49 @@ TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
       const std::vector<float> a = run(*mf, paged), b = run(*ms, paged);
       ASSERT_EQ(a.size(), b.size());
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
+    }
+  }
+}
+
+// Programmatic dependent launch changes when a kernel may start, never what it computes:
+// eager runs with no PDL, PDL on the GEMMs and PDL everywhere give the same bits (a kernel
+// that read an earlier kernel's output before its pdl_wait would race and differ), and so
+// do graph replays with the default sites.
+TEST(CudaModel, PdlVariantsGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int32_t>& seq = kDecodeSeq;
+  const int prefix = kDecodePrefix;
+  for (const std::string& dir : decode_test_dirs()) {
+    SCOPED_TRACE(dir);
+    auto [mg, mn] = load_with_and_without(dir, &CudaModelOptions::use_graphs);
+    auto run = [&](Model& m, bool paged) {
+      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
+      std::vector<float> logits = prefill_then_decode(m, *kv, seq, prefix);
+      ForwardOutput out;
+      ForwardBatch blk;
+      blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
+      m.forward(*kv, blk, out);
+      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+      return logits;
+    };
+    for (bool paged : {false, true}) {
+      SCOPED_TRACE(paged ? "paged" : "dense");
+      std::vector<float> ref;
+      {
+        cuda::PdlScope none(0);
+        ref = run(*mn, paged);
+      }
+      for (unsigned sites : {static_cast<unsigned>(cuda::PdlSite::Gemv), cuda::kPdlAllSites}) {
+        cuda::PdlScope scope(sites);
+        const std::vector<float> got = run(*mn, paged);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4)) << "eager, PDL sites " << sites;
+      }
+      for (int pass = 0; pass < 2; ++pass) {  // the second pass replays the graphs captured in the first
+        const std::vector<float> got = run(*mg, paged);
+        ASSERT_EQ(got.size(), ref.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4)) << "graphs (" << cuda_pdl_summary() << "), pass " << pass;
+      }
     }
   }
 }

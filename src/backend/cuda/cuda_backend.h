@@ -56,6 +56,10 @@ std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaM
 std::unique_ptr<Model> load_deepseek_v4_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
 // The CUDA model for the checkpoint's architecture (Qwen3 or DeepSeek-V4); Error otherwise.
 std::unique_ptr<Model> load_model_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
+// The sites that launch with programmatic dependent launch (DSINFER_CUDA_PDL, cuda_check.h),
+// e.g. "gemv,attn,qk" or "off": one word for benchmarks' device line.
+std::string cuda_pdl_summary();
+
 // Forwards that ran as the persistent decode kernel so far (0 for a model that is not a
 // CUDA Qwen3 model): tests check that the path they compare actually ran.
 int64_t cuda_persistent_decode_calls(const Model& model);

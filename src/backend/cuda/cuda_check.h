@@ -51,12 +51,28 @@ namespace dsinfer::cuda {
 // weight stream of one layer overlaps the tail of the kernel before. pdl_trigger() lets the
 // next kernel be scheduled once every block of this one has called it. Both are no-ops when
 // the kernel was launched without the attribute. Which launches use it: DSINFER_CUDA_PDL =
-// 0 (none), 1 (all) or a comma list of sites (gemv, attn, qk); the default is in
-// cuda_device.cpp (docs/PERFORMANCE.md has the measurements behind it).
+// 1 (all, the default), 0 (none) or a comma list of sites (gemv, attn, qk). Every site on
+// measured fastest or level on every shape in session 18 (4B / 1.7B / 0.6B batch-1 decode
+// +4 / +5 / +3 %, the embedded engine's plain C = 1 +9 %: docs/PERFORMANCE.md); earlier
+// kernels had lost with it (session 11).
 namespace dsinfer::cuda {
 
 enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
-bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected
+constexpr unsigned kPdlAllSites = 7;
+bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected (scope, else env)
+
+// While it lives, this thread's launches use exactly `sites` (a PdlSite mask), whatever
+// DSINFER_CUDA_PDL says; scopes nest. Tests use it to run one forward under each choice.
+class PdlScope {
+ public:
+  explicit PdlScope(unsigned sites);
+  ~PdlScope();
+  PdlScope(const PdlScope&) = delete;
+  PdlScope& operator=(const PdlScope&) = delete;
+
+ private:
+  int previous_;
+};
 
 // The OR of the bits of the names in value, a comma list of names (cuda_device.cpp); an
 // unknown or empty name throws Error naming var and the names it takes.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -93,35 +94,60 @@ unsigned parse_name_list(const char* var, const std::string& value, std::initial
   return mask;
 }
 
-// Launches with programmatic dependent launch unless DSINFER_CUDA_PDL says otherwise: none
-// (all of them measured slower than plain stream order on the H200, docs/PERFORMANCE.md).
-constexpr unsigned kPdlDefaultSites = 0;
+namespace {
 
-bool pdl_enabled(PdlSite site) {
+// DSINFER_CUDA_PDL, read once: 1 (every site, the default), 0 or a list of sites.
+unsigned pdl_env() {
   static const unsigned mask = [] {
     const char* e = std::getenv("DSINFER_CUDA_PDL");
-    unsigned m = kPdlDefaultSites;
-    if (e) {
-      const std::string v = e;
-      if (v == "0") m = 0;
-      else if (v == "1") m = ~0u;
-      else
-        m = parse_name_list("DSINFER_CUDA_PDL (0, 1 or a list)", v,
-                            {{"gemv", static_cast<unsigned>(PdlSite::Gemv)},
-                             {"attn", static_cast<unsigned>(PdlSite::Attention)},
-                             {"qk", static_cast<unsigned>(PdlSite::QkStep)}});
-    }
-    if (m == 0) return 0u;
+    if (!e) return kPdlAllSites;
+    const std::string v = e;
+    if (v == "0") return 0u;
+    if (v == "1") return kPdlAllSites;
+    return parse_name_list("DSINFER_CUDA_PDL (0, 1 or a list)", v,
+                           {{"gemv", static_cast<unsigned>(PdlSite::Gemv)},
+                            {"attn", static_cast<unsigned>(PdlSite::Attention)},
+                            {"qk", static_cast<unsigned>(PdlSite::QkStep)}});
+  }();
+  return mask;
+}
+
+bool pdl_supported() {
+  static const bool ok = [] {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
       cudaGetLastError();
-      return 0u;
+      return false;
     }
-    return major >= 9 ? m : 0u;
+    return major >= 9;
   }();
-  return (mask & static_cast<unsigned>(site)) != 0;
+  return ok;
 }
 
+// The sites this thread's launches use while a PdlScope lives (-1: none lives).
+thread_local int tl_pdl_scope = -1;
+
+}  // namespace
+
+bool pdl_enabled(PdlSite site) {
+  const unsigned mask = tl_pdl_scope >= 0 ? static_cast<unsigned>(tl_pdl_scope) : pdl_env();
+  return (mask & static_cast<unsigned>(site)) != 0 && pdl_supported();
+}
+
+PdlScope::PdlScope(unsigned sites) : previous_(tl_pdl_scope) { tl_pdl_scope = static_cast<int>(sites & kPdlAllSites); }
+PdlScope::~PdlScope() { tl_pdl_scope = previous_; }
+
 }  // namespace cuda
+
+std::string cuda_pdl_summary() {
+  if (!cuda::pdl_supported()) return "off (before sm_90)";
+  const unsigned m = cuda::pdl_env();
+  if (m == 0) return "off";
+  std::string out;
+  for (auto [bit, name] : {std::pair{cuda::PdlSite::Gemv, "gemv"}, std::pair{cuda::PdlSite::Attention, "attn"},
+                           std::pair{cuda::PdlSite::QkStep, "qk"}})
+    if (m & static_cast<unsigned>(bit)) out += (out.empty() ? "" : ",") + std::string(name);
+  return out;
+}
 
 }  // namespace dsinfer

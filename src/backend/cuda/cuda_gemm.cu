@@ -40,10 +40,34 @@ using detail::unpack8;
 
 constexpr int kEpiY = 0, kEpiSilu = 1;
 
+// Kernel flags (the launch's GemvShape): the interleaved pair order, and weight loads that
+// pass the L2 with the evict-first policy.
+constexpr int kFlagInterleave = 1, kFlagEvictFirst = 2;
+
+// A weight load: read once per token, never reused within it, so with evict_first (policy
+// from createpolicy) its L2 lines are the first to go, and the L2 keeps what is reused
+// instead (the K/V rows attention reads, the activations each GEMM stages); else __ldg.
+__device__ __forceinline__ uint4 load_weight(const uint4* p, bool evict_first, unsigned long long policy) {
+  if (!evict_first) return __ldg(p);
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
+}
+
 // One batch of this warp's weight loads: chunks c0, c0 + 32, ... (kUnroll of them) of its
 // kOutPerWarp feature rows starting at n0 (rows past N clamp to N - 1; their sums are dropped).
 __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], const bf16* __restrict__ W, int N,
-                                           int K, int n0, int c0) {
+                                           int K, int n0, int c0, bool evict_first, unsigned long long policy) {
   if (n0 >= N) return;
   const int chunks = K / 8;
 #pragma unroll
@@ -51,7 +75,7 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
     const uint4* w4 = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(min(n0 + o, N - 1)) * K);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (c0 + u * 32 < chunks) wv[u][o] = __ldg(w4 + c0 + u * 32);
+      if (c0 + u * 32 < chunks) wv[u][o] = load_weight(w4 + c0 + u * 32, evict_first, policy);
   }
 }
 
@@ -74,7 +98,7 @@ template <int kMode, bool kVec, int kEpi, int kRowsPerBlock>
 __global__ void __launch_bounds__(kMaxThreads)
     gemm_rows_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
                      int accumulate, unsigned long long* __restrict__ argmax_keys, bf16* __restrict__ silu_out,
-                     int64_t ld_silu, L2Prefetch next, int interleave) {
+                     int64_t ld_silu, L2Prefetch next, int flags) {
   constexpr bool kSilu = kEpi == kEpiSilu;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][Kp]: this block's rows of A, BF16
@@ -85,11 +109,13 @@ __global__ void __launch_bounds__(kMaxThreads)
   const int m0 = blockIdx.y * kRowsPerBlock;
   const int mr = min(kRowsPerBlock, M - m0);
   const int Kp = (K + 7) & ~7;
-  const int pair_base = interleave ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
+  const int pair_base = (flags & kFlagInterleave) ? warp * gridDim.x + blockIdx.x : blockIdx.x * nwarps + warp;
+  const bool evict_first = (flags & kFlagEvictFirst) != 0;
+  const unsigned long long policy = evict_first ? evict_first_policy() : 0ull;
   const int n_step = gridDim.x * out_per_block;  // features between a warp's pairs
 
   uint4 wv[kUnroll][kOutPerWarp];
-  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane);
+  if constexpr (kVec) load_batch(wv, W, N, K, pair_base * kOutPerWarp, lane, evict_first, policy);
   pdl_wait();
 
   // ---- stage A: the input transform once per block, rounded to BF16 -------------------
@@ -233,8 +259,8 @@ __global__ void __launch_bounds__(kMaxThreads)
         // A staging held more registers and measured 323 against 371 tokens/s on the H200:
         // docs/PERFORMANCE.md, session 12.)
         uint4 nx[kUnroll][kOutPerWarp];
-        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll);
-        else load_batch(nx, W, N, K, n0 + n_step, lane);
+        if (c0 + 32 * kUnroll < chunks) load_batch(nx, W, N, K, n0, c0 + 32 * kUnroll, evict_first, policy);
+        else load_batch(nx, W, N, K, n0 + n_step, lane, evict_first, policy);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int c = c0 + u * 32;
@@ -338,7 +364,10 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   thread_local size_t allowed = 0;
   thread_local int sms = 0;
   thread_local std::vector<std::pair<std::pair<size_t, int>, int>> occ;
-  if (smem > 48 * 1024 && smem > allowed) {
+  // Opted in for every new maximum, not only past 48 KB: the kernel's static shared memory
+  // counts too (4 staged rows of K = 6144, Qwen3-1.7B's down projection, are exactly 48 KB
+  // and failed to launch with "invalid argument" before).
+  if (smem > allowed) {
     DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     allowed = smem;
   }
@@ -363,7 +392,7 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   const int pairs = (N + kOutPerWarp - 1) / kOutPerWarp;
   const dim3 grid(shape.interleave ? std::min(cap, pairs) : (groups + per_block - 1) / per_block, row_groups);
   launch_pdl(PdlSite::Gemv, kernel, grid, dim3(threads), smem, stream, in, W, N, K, Y, ldy, M, accumulate ? 1 : 0, keys, silu_out,
-             ld_silu, next, shape.interleave ? 1 : 0);
+             ld_silu, next, (shape.interleave ? kFlagInterleave : 0) | (shape.evict_first_weights ? kFlagEvictFirst : 0));
 }
 
 template <int kMode, int kEpi>
@@ -412,6 +441,7 @@ GemvShape& shape_setting() {
     g.blocks_per_sm = read("DSINFER_CUDA_GEMV_BLOCKS_PER_SM", 0, 32, g.blocks_per_sm);
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
+    g.evict_first_weights = read("DSINFER_CUDA_GEMV_EVICT_FIRST", 0, 1, g.evict_first_weights ? 1 : 0) == 1;
     return g;
   }();
   return shape;

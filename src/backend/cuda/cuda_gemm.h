@@ -105,6 +105,11 @@ struct GemvShape {
   int blocks_per_sm = 0;
   bool interleave = false;
   bool one_row_kernel = true;
+  // Weight loads carry the L2 evict-first policy (DSINFER_CUDA_GEMV_EVICT_FIRST=0 turns it
+  // off): the weights stream through the L2 without pushing out what is read again (the K/V
+  // rows attention reads, the activations). 4B batch-1 decode on the H200: 374.1 against
+  // 367.9 tokens/s (docs/PERFORMANCE.md, session 18).
+  bool evict_first_weights = true;
 };
 GemvShape gemv_shape();
 void set_gemv_shape(GemvShape shape);
