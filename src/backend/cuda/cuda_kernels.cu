@@ -178,8 +178,10 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16*
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
-// One block per row; the row's F floats in order (the rounding is per element).
-__global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t F, const int32_t* __restrict__ pos,
+// One block per row; the row's width floats in order (the rounding is per element), into
+// columns [col0, col0 + width) of its F-wide plane row.
+__global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t src_ld, int64_t F, int64_t col0,
+                                          int64_t width, const int32_t* __restrict__ pos,
                                           const int32_t* __restrict__ slot, const int32_t* __restrict__ table,
                                           int table_stride, int block_size, bf16* __restrict__ plane) {
   const int r = blockIdx.x;
@@ -188,9 +190,9 @@ __global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t
   const int p = pos[r];
   const int64_t row = static_cast<int64_t>(table[static_cast<int64_t>(s) * table_stride + p / block_size]) * block_size +
                       p % block_size;
-  const float* x = src + static_cast<int64_t>(r) * F;
-  bf16* y = plane + row * F;
-  for (int64_t i = threadIdx.x; i < F; i += blockDim.x) y[i] = __float2bfloat16(x[i]);
+  const float* x = src + static_cast<int64_t>(r) * src_ld;
+  bf16* y = plane + row * F + col0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) y[i] = __float2bfloat16(x[i]);
 }
 
 __global__ void gather_feature_rows_kernel(const bf16* __restrict__ plane, int64_t F, const int32_t* __restrict__ src_rows,
@@ -287,8 +289,15 @@ void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream) {
 
 void store_feature_rows(const float* src, int rows, int64_t F, const int32_t* pos, const int32_t* slot,
                         const int32_t* table, int table_stride, int block_size, bf16* plane, cudaStream_t stream) {
-  if (rows <= 0 || F <= 0) return;
-  store_feature_rows_kernel<<<rows, 256, 0, stream>>>(src, F, pos, slot, table, table_stride, block_size, plane);
+  store_feature_columns(src, F, rows, F, 0, F, pos, slot, table, table_stride, block_size, plane, stream);
+}
+
+void store_feature_columns(const float* src, int64_t src_ld, int rows, int64_t F, int64_t col0, int64_t width,
+                           const int32_t* pos, const int32_t* slot, const int32_t* table, int table_stride,
+                           int block_size, bf16* plane, cudaStream_t stream) {
+  if (rows <= 0 || width <= 0) return;
+  store_feature_rows_kernel<<<rows, 256, 0, stream>>>(src, src_ld, F, col0, width, pos, slot, table, table_stride,
+                                                      block_size, plane);
   DSINFER_CUDA_LAUNCHED("store_feature_rows_kernel");
 }
 

@@ -134,6 +134,11 @@ void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream);
 // slot < 0 (graph padding) are skipped.
 void store_feature_rows(const float* src, int rows, int64_t F, const int32_t* pos, const int32_t* slot,
                         const int32_t* table, int table_stride, int block_size, bf16* plane, cudaStream_t stream);
+// The same for one captured layer: row r of src (stride src_ld) fills columns [col0, col0 +
+// width) of its plane row (the model stores each captured layer as the forward passes it).
+void store_feature_columns(const float* src, int64_t src_ld, int rows, int64_t F, int64_t col0, int64_t width,
+                           const int32_t* pos, const int32_t* slot, const int32_t* table, int table_stride,
+                           int block_size, bf16* plane, cudaStream_t stream);
 // Gather: dst[i, :] = plane row src_rows[i] (block * block_size + offset), for i < n.
 void gather_feature_rows(const bf16* plane, int64_t F, const int32_t* src_rows, int n, bf16* dst, cudaStream_t stream);
 

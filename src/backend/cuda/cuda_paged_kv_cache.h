@@ -15,7 +15,7 @@
 // host; truncate() (speculation rollback) only moves a length.
 // Feature rows (feature_floats F > 0, asked for by an engine whose drafter runs on this
 // device): [num_blocks][block_size][F] BF16 beside the K/V, one row per position, written by
-// forwards with capture_to_cache (store_feature_rows, through the same tables) and read by
+// forwards with capture_to_cache (store_feature_columns per captured layer, through the same tables) and read by
 // the GPU drafter's commit (gather_feature_rows), so a drafter's captured target rows never
 // cross to the host; copy_block moves them with the K/V.
 #pragma once

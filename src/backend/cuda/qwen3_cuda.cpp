@@ -10,9 +10,10 @@
 // LM head over the wanted rows -> (argmax). "+" marks what runs fused in one GEMM launch
 // (cuda_gemm.h): six launches per layer. Back to the host: argmax ids (forward_argmax), or the logit rows,
 // and captured layer outputs only when asked. With capture_to_cache (the batched engine with
-// the GPU drafter) the captured rows stay on the device instead: one kernel after the
-// forward stores them, BF16, in the paged pool's feature rows at each row's position
-// (cuda_paged_kv_cache.h), where the drafter's commit gathers them.
+// the GPU drafter) the captured rows stay on the device instead: as the forward passes each
+// captured layer, one kernel stores its rows, BF16, in the paged pool's feature rows at each
+// row's position (cuda_paged_kv_cache.h), inside the forward's graph, where the drafter's
+// commit gathers them.
 //
 // Persistent decode (cuda_persistent_decode.h): a call of exactly one row (batch-1 decode)
 // runs the whole forward as one kernel instead of the six launches per layer, with the same
@@ -145,7 +146,10 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   mutable int head_rows_ = 0;
   mutable float *head_in_ = nullptr, *head_out_ = nullptr;
   mutable bf16* head_bf_ = nullptr;
-  void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax);
+  // pool: the captured layers go straight into its drafter feature rows (capture_to_cache),
+  // else into cap_ (F32, for the host).
+  void enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers, bool with_argmax,
+               CudaPagedKVCache* pool);
   // The persistent kernel's op list for (cache, captured layers, with LM head): built on
   // first use, freed with the graphs (it points into the workspace).
   const std::pair<PersistentOp*, int>& persistent_ops(const DeviceKVStorage& kv, const std::vector<int>& capture_layers,
@@ -251,7 +255,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   size_t cap_floats_ = 0;
 
   // (cache uid, rows, logit rows, captured layers)
-  using GraphKey = std::tuple<uint64_t, int, int, std::vector<int>>;
+  using GraphKey = std::tuple<uint64_t, int, int, std::vector<int>, bool>;  // (cache, rows, logit rows, captured, to pool)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::map<GraphKey, int> seen_;
 };
@@ -615,7 +619,7 @@ void CudaQwen3Model::ensure_workspace(int rows, int logit_rows) {
 }
 
 void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, const std::vector<int>& capture_layers,
-                             bool with_argmax) {
+                             bool with_argmax, CudaPagedKVCache* pool) {
   cudaStream_t s = stream_;
   const int H = static_cast<int>(d_.hidden), I = static_cast<int>(d_.intermediate);
   const int NQ = static_cast<int>(d_.q_width()), NKV = static_cast<int>(d_.kv_width()), NQKV = NQ + 2 * NKV;
@@ -627,11 +631,19 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   const int32_t* slot = meta_ + 2 * cap_rows_;
   const int32_t* lrows = meta_ + 3 * cap_rows_;
   const int n_cap = static_cast<int>(capture_layers.size());
+  // A captured layer's rows: into the pool's feature rows at each row's position (one kernel,
+  // inside the forward and so inside its graph; padding rows have slot -1 and are skipped),
+  // or into cap_.
   auto capture = [&](int layer_id) {
     for (int c = 0; c < n_cap; ++c)
-      if (capture_layers[c] == layer_id)
-        DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(cap_ + static_cast<size_t>(c) * H, sizeof(float) * n_cap * H, x_,
-                                             sizeof(float) * H, sizeof(float) * H, T, cudaMemcpyDeviceToDevice, s));
+      if (capture_layers[c] == layer_id) {
+        if (pool)
+          store_feature_columns(x_, H, T, int64_t{n_cap} * H, int64_t{c} * H, H, pos, slot, pool->device_tables(),
+                                pool->table_stride(), pool->block_size(), pool->feature_plane(), s);
+        else
+          DSINFER_CUDA_CHECK(cudaMemcpy2DAsync(cap_ + static_cast<size_t>(c) * H, sizeof(float) * n_cap * H, x_,
+                                               sizeof(float) * H, sizeof(float) * H, T, cudaMemcpyDeviceToDevice, s));
+      }
   };
 
   if (persistent_ && T == 1 && n_logits <= 1 && !profile_) {
@@ -647,6 +659,9 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     p.timing = persistent_timing_;
     persistent_timing_ops_ = n_ops;
     persistent_decode(ops, n_ops, persistent_max_k_, p, s);
+    if (pool && n_cap > 0)  // the persistent kernel captures into cap_
+      store_feature_rows(cap_, T, int64_t{n_cap} * H, pos, slot, pool->device_tables(), pool->table_stride(),
+                         pool->block_size(), pool->feature_plane(), s);
     return;
   }
   mark("start");
@@ -874,8 +889,9 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
   kv->upload(stream_);  // the paged pool's block tables (a fixed device address: graphs replay)
-  // Captured rows (padding rows included in graph mode) go to cap_ on the device first;
-  // graphs bake its address in, so growing it drops them.
+  // Captured rows (padding rows included in graph mode) go to cap_ on the device (or, with
+  // capture_to_cache, straight to the pool: the persistent kernel still stages them in
+  // cap_); graphs bake its address in, so growing it drops them.
   if (n_cap > 0 && cap_floats_ < static_cast<size_t>(rows * n_cap * H)) {
     drop_graphs();
     if (cap_) cudaFree(cap_);
@@ -885,7 +901,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
 
   if (graph) {
-    const GraphKey key{kv->uid(), rows, lrows, batch.capture_layers};
+    const GraphKey key{kv->uid(), rows, lrows, batch.capture_layers, feature_pool != nullptr};
     auto it = graphs_.find(key);
     if (it == graphs_.end() && seen_[key]++ >= 1) {
       // Second sighting of this shape: capture it (the first ran eagerly, which also warmed
@@ -894,7 +910,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       cudaGraphExec_t exec = nullptr;
       try {
         exec = capture_graph(
-            stream_, [&] { enqueue(*kv, rows, lrows, batch.capture_layers, true); }, "cudaGraphInstantiate");
+            stream_, [&] { enqueue(*kv, rows, lrows, batch.capture_layers, true, feature_pool); }, "cudaGraphInstantiate");
       } catch (...) {
         capturing_ = false;
         throw;
@@ -903,14 +919,11 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       it = graphs_.emplace(key, exec).first;
     }
     if (it != graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
-    else enqueue(*kv, rows, lrows, batch.capture_layers, true);
+    else enqueue(*kv, rows, lrows, batch.capture_layers, true, feature_pool);
   } else {
-    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr || reqs != nullptr);
+    enqueue(*kv, static_cast<int>(T), static_cast<int>(n_logits), batch.capture_layers, ids != nullptr || reqs != nullptr,
+            feature_pool);
   }
-  if (feature_pool)  // after the graph: its rows (padding has slot -1) through the tables uploaded above
-    store_feature_rows(cap_, static_cast<int>(T), n_cap * H, meta_ + cap_rows_, meta_ + 2 * cap_rows_,
-                       feature_pool->device_tables(), feature_pool->table_stride(), feature_pool->block_size(),
-                       feature_pool->feature_plane(), stream_);
   if (reqs && n_logits > 0) enqueue_verify(batch, *reqs);
 
   // ---- results back: ids or logit rows, and captured layers -----------------------------
