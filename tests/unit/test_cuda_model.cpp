@@ -101,6 +101,20 @@ std::vector<float> prefill_then_decode(Model& m, KVCache& kv, const std::vector<
   return rows;
 }
 
+// kDecodeSeq decoded one row at a time after its prefix (decode_cache's layout), then a
+// verify block over keys the one-row steps wrote (it reads them from the cache, so the cache
+// contents are compared too): every logit row, in order.
+std::vector<float> decode_then_verify(Model& m, bool paged) {
+  std::unique_ptr<KVCache> kv = decode_cache(m, paged);
+  std::vector<float> logits = prefill_then_decode(m, *kv, kDecodeSeq, kDecodePrefix);
+  ForwardOutput out;
+  ForwardBatch blk;
+  blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
+  m.forward(*kv, blk, out);
+  logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+  return logits;
+}
+
 // The model at dir loaded twice: with options field `on` set, and with it cleared.
 std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> load_with_and_without(const std::string& dir,
                                                                                 bool CudaModelOptions::*on) {
@@ -380,25 +394,12 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
 // rows they wrote, so the cache contents are compared too.
 TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
   SKIP_WITHOUT_GPU();
-  const std::vector<int32_t>& seq = kDecodeSeq;
-  const int prefix = kDecodePrefix;
   for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
     auto [mf, ms] = load_with_and_without(dir, &CudaModelOptions::fold_qk_decode);
-    auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
-      std::vector<float> logits = prefill_then_decode(m, *kv, seq, prefix);
-      ForwardOutput out;
-      // A verify block over keys the one-row steps wrote: it reads them from the cache.
-      ForwardBatch blk;
-      blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
-      m.forward(*kv, blk, out);
-      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-      return logits;
-    };
     for (bool paged : {false, true}) {
       SCOPED_TRACE(paged ? "paged" : "dense");
-      const std::vector<float> a = run(*mf, paged), b = run(*ms, paged);
+      const std::vector<float> a = decode_then_verify(*mf, paged), b = decode_then_verify(*ms, paged);
       ASSERT_EQ(a.size(), b.size());
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4));
     }
@@ -411,36 +412,24 @@ TEST(CudaModel, FoldedQkDecodeEqualsSeparateKernels) {
 // do graph replays with the default sites.
 TEST(CudaModel, PdlVariantsGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
-  const std::vector<int32_t>& seq = kDecodeSeq;
-  const int prefix = kDecodePrefix;
   for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
     auto [mg, mn] = load_with_and_without(dir, &CudaModelOptions::use_graphs);
-    auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
-      std::vector<float> logits = prefill_then_decode(m, *kv, seq, prefix);
-      ForwardOutput out;
-      ForwardBatch blk;
-      blk.entries.push_back({0, {7, 8, 9}, {0, 1, 2}});
-      m.forward(*kv, blk, out);
-      logits.insert(logits.end(), out.logits.begin(), out.logits.end());
-      return logits;
-    };
     for (bool paged : {false, true}) {
       SCOPED_TRACE(paged ? "paged" : "dense");
       std::vector<float> ref;
       {
         cuda::PdlScope none(0);
-        ref = run(*mn, paged);
+        ref = decode_then_verify(*mn, paged);
       }
       for (unsigned sites : {static_cast<unsigned>(cuda::PdlSite::Gemv), cuda::kPdlAllSites}) {
         cuda::PdlScope scope(sites);
-        const std::vector<float> got = run(*mn, paged);
+        const std::vector<float> got = decode_then_verify(*mn, paged);
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4)) << "eager, PDL sites " << sites;
       }
       for (int pass = 0; pass < 2; ++pass) {  // the second pass replays the graphs captured in the first
-        const std::vector<float> got = run(*mg, paged);
+        const std::vector<float> got = decode_then_verify(*mg, paged);
         ASSERT_EQ(got.size(), ref.size());
         EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), ref.size() * 4)) << "graphs (" << cuda_pdl_summary() << "), pass " << pass;
       }

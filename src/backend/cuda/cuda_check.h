@@ -51,10 +51,10 @@ namespace dsinfer::cuda {
 // weight stream of one layer overlaps the tail of the kernel before. pdl_trigger() lets the
 // next kernel be scheduled once every block of this one has called it. Both are no-ops when
 // the kernel was launched without the attribute. Which launches use it: DSINFER_CUDA_PDL =
-// 1 (all, the default), 0 (none) or a comma list of sites (gemv, attn, qk). Every site on
-// measured fastest or level on every shape in session 18 (4B / 1.7B / 0.6B batch-1 decode
-// +4 / +5 / +3 %, the embedded engine's plain C = 1 +9 %: docs/PERFORMANCE.md); earlier
-// kernels had lost with it (session 11).
+// 1 (all, the default), 0 (none) or a comma list of sites (gemv, attn, qk). With every site
+// on, session 18 measured every shape fastest or level (4B / 1.7B / 0.6B batch-1 decode
+// +4 / +5 / +3 %, the embedded engine's plain decoding +9 % at C = 1: docs/PERFORMANCE.md);
+// earlier kernels had lost with it (session 11).
 namespace dsinfer::cuda {
 
 enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
