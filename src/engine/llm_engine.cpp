@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -22,6 +23,31 @@
 #include "spec/verify.h"
 
 namespace dsinfer {
+
+// Where a step's host time goes (DSINFER_ENGINE_PHASES=1): lap(i) charges the time since the
+// previous lap to phase i. Off, the laps cost one branch each.
+struct LLMEngine::PhaseClock {
+  static constexpr const char* kNames[] = {"admit", "lookup+choice", "roles+draft job", "draft pass", "schedule",
+                                           "batch", "forward", "verify+emit", "finish"};
+  static constexpr int kPhases = sizeof(kNames) / sizeof(kNames[0]);
+  std::chrono::steady_clock::time_point last;
+  double secs[kPhases] = {};
+  uint64_t steps = 0;
+  void start() { last = std::chrono::steady_clock::now(); }
+  void lap(int i) {  // the last phase's lap completes a step
+    const auto now = std::chrono::steady_clock::now();
+    secs[i] += std::chrono::duration<double>(now - last).count();
+    last = now;
+    if (i == kPhases - 1) ++steps;
+  }
+  void print() const {
+    if (steps == 0) return;
+    std::fprintf(stderr, "engine phases (us per step, %llu steps):", static_cast<unsigned long long>(steps));
+    for (int i = 0; i < kPhases; ++i) std::fprintf(stderr, " %s %.1f", kNames[i], 1e6 * secs[i] / static_cast<double>(steps));
+    std::fprintf(stderr, "\n");
+  }
+};
+
 
 namespace {
 // Prompt tokens a step may always spend when prompts wait (prefill_step_tokens less the
@@ -81,6 +107,7 @@ struct LLMEngine::Sequence {
 };
 
 LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {
+  if (const char* e = std::getenv("DSINFER_ENGINE_PHASES"); e && std::string(e) == "1") phases_ = std::make_unique<PhaseClock>();
   if (model_.on_device()) {
     device_verifier_ = dynamic_cast<DeviceVerifier*>(&model_);
     if (device_verifier_ && !device_verifier_->verifies_on_device()) device_verifier_ = nullptr;
@@ -237,6 +264,7 @@ LLMEngine::~LLMEngine() {
   take_inbox();
   for (auto& s : waiting_) finish(*s, "cancelled");
   for (auto& s : running_) finish(*s, "cancelled");
+  if (phases_) phases_->print();
 }
 
 uint64_t LLMEngine::submit(EngineRequest req) {
@@ -780,6 +808,7 @@ void LLMEngine::draft_pass(DraftJob& job) const {
 bool LLMEngine::step() {
   std::lock_guard<std::mutex> step_lock(step_mu_);
   const auto step_start = std::chrono::steady_clock::now();
+  if (phases_) phases_->start();
   {
     // Runtime settings queued by set_runtime_config apply from this step on.
     std::lock_guard<std::mutex> lock(mu_);
@@ -803,6 +832,7 @@ bool LLMEngine::step() {
   drop_finished(running_);
   admit();
   make_room_for_decoding();
+  if (phases_) phases_->lap(0);
   if (running_.empty()) {
     if (async_sched_) async_sched_->reset();  // a new batch starts without budget history
     // Nor with the drafting choice's population estimate: a request alone decides from its
@@ -888,6 +918,7 @@ bool LLMEngine::step() {
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] ? false : chosen[c++];
   }
+  if (phases_) phases_->lap(1);
   // One batched drafter pass for all drafting requests: first their pending committed
   // rows (one commit over every sequence), then their blocks (one propose over all), so
   // the drafter's weights are read once per step, not once per request. Results are
@@ -984,6 +1015,7 @@ bool LLMEngine::step() {
   }
   if (features_)
     for (size_t i = 0; i < job.commits.size(); ++i) job.commits[i].hidden = draft_hidden_.data() + job.hidden_at[i];
+  if (phases_) phases_->lap(2);
   if (async && !job.owners.empty()) {
     if (!draft_worker_) {
       const int t = opts_.async_draft_threads > 0 ? opts_.async_draft_threads : std::max(1, ThreadPool::global().size() / 2);
@@ -994,6 +1026,7 @@ bool LLMEngine::step() {
   } else if (!job.owners.empty()) {
     draft_pass(job);
   }
+  if (phases_) phases_->lap(3);
   // Async: the drafter pass runs until joined below (after the verify); every early return
   // joins it first, as it writes into sequences this step may otherwise free.
   struct JoinOnExit {
@@ -1084,6 +1117,7 @@ bool LLMEngine::step() {
     stats_.verified_draft_tokens += n;
   }
 
+  if (phases_) phases_->lap(4);
   // 4. One batch: verify blocks first (running requests keep their pace), then prefill
   // chunks in admission order within the remaining token budget.
   // Step buffers are members: their capacity (a prefill chunk's captured rows are
@@ -1139,6 +1173,7 @@ bool LLMEngine::step() {
 
   // 5. One forward.
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
+  if (phases_) phases_->lap(5);
   const auto forward_start = std::chrono::steady_clock::now();
   ForwardOutput& out = step_out_;
   // A model that reduces on the device (the CUDA one) returns only the argmax ids when every
@@ -1196,6 +1231,7 @@ bool LLMEngine::step() {
     if (!batch.entries.empty()) stats_.forwards++;
     stats_.forward_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - forward_start).count();
   }
+  if (phases_) phases_->lap(6);
 
   // 6. Per request: verify / finish prefill, roll back, emit.
   size_t logit_row = 0, token_row = 0;
@@ -1324,6 +1360,7 @@ bool LLMEngine::step() {
       }
     }
   }
+  if (phases_) phases_->lap(7);
   if (join_on_exit.w) {
     // The prefetched drafts are ready for the next step (a drafter error ends the step
     // with the exception, as it would in sequence).
@@ -1344,6 +1381,7 @@ bool LLMEngine::step() {
     stats_.kv_tokens_stored = stored;
     stats_.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
   }
+  if (phases_) phases_->lap(8);
   if (opts_.on_step) {
     obs.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     opts_.on_step(obs);

@@ -403,6 +403,11 @@ class LLMEngine {
   EngineStats stats_;
   mutable double draft_seconds_ = 0;  // EngineStats::draft_seconds, added by the const draft_pass (under mu_)
 
+  // DSINFER_ENGINE_PHASES=1 (a diagnostic): host time per phase of step(), printed to stderr
+  // when the engine is destroyed (llm_engine.cpp, PhaseClock).
+  struct PhaseClock;
+  std::unique_ptr<PhaseClock> phases_;
+
   std::mutex step_mu_;  // one step at a time
   std::vector<std::unique_ptr<Sequence>> waiting_, running_;
   std::thread loop_;

@@ -184,12 +184,20 @@ __global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t
                                           int64_t width, const int32_t* __restrict__ pos,
                                           const int32_t* __restrict__ slot, const int32_t* __restrict__ table,
                                           int table_stride, int block_size, bf16* __restrict__ plane) {
+  // Inside a forward's PDL chain (launched with programmatic serialization): the next GEMM
+  // may start its weight loads at once; slot, pos and the block tables are set by the host
+  // before the forward, so only the captured rows wait for the kernel before.
+  pdl_trigger();
   const int r = blockIdx.x;
   const int s = slot[r];
-  if (s < 0) return;
+  if (s < 0) {
+    pdl_wait();
+    return;
+  }
   const int p = pos[r];
   const int64_t row = static_cast<int64_t>(table[static_cast<int64_t>(s) * table_stride + p / block_size]) * block_size +
                       p % block_size;
+  pdl_wait();
   const float* x = src + static_cast<int64_t>(r) * src_ld;
   bf16* y = plane + row * F + col0;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) y[i] = __float2bfloat16(x[i]);
@@ -296,8 +304,8 @@ void store_feature_columns(const float* src, int64_t src_ld, int rows, int64_t F
                            const int32_t* pos, const int32_t* slot, const int32_t* table, int table_stride,
                            int block_size, bf16* plane, cudaStream_t stream) {
   if (rows <= 0 || width <= 0) return;
-  store_feature_rows_kernel<<<rows, 256, 0, stream>>>(src, src_ld, F, col0, width, pos, slot, table, table_stride,
-                                                      block_size, plane);
+  launch_pdl(PdlSite::Gemv, store_feature_rows_kernel, dim3(rows), dim3(256), 0, stream, src, src_ld, F, col0, width, pos,
+             slot, table, table_stride, block_size, plane);
   DSINFER_CUDA_LAUNCHED("store_feature_rows_kernel");
 }
 
