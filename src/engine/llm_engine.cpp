@@ -674,19 +674,6 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
       return settle(std::vector<bool>(dec.size(), false));
     }
   }
-  // And at the gain drafting has measured (the population's mean, once a drafting step was
-  // measured), for some k? If not, nothing is chosen on merit below either, and re-probes go
-  // at the longest gap at once: at this load they can only find that drafting still does
-  // not pay (the H200 from concurrency 16 up with the embedded models, where the probes'
-  // drafter passes were ~1 % of every step). A lower load re-opens the choice by itself.
-  bool likely = true;
-  if (pop_measured_ > 0) {
-    const double plain = T0 / t_verify(B0);
-    const int len = static_cast<int>(std::lround(std::max(0.0, pop_len_)));
-    likely = false;
-    for (int k = 1; k <= R && !likely; ++k)
-      likely = (T0 + k * std::max(0.0, pop_gain_)) / (draft_ms(k) + t_verify(B0 + k * len)) > plain;
-  }
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
   std::vector<int> order;
@@ -771,8 +758,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     const double t_step = t_verify(B0);
     const double t_probe = draft_ms(k + 1) - draft_ms(k) + commit_ms(dec[pick]->pending_tokens.size()) +
                            std::max(0.0, t_verify(B0 + max_drafts_) - t_step);
-    const uint64_t backoff = likely ? probe_backoff_ : kMaxProbeBackoff;
-    const uint64_t probe_gap = backoff * static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
+    const uint64_t probe_gap = probe_backoff_ * static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
     if (choice_clock_ >= last_probe_ + probe_gap) {
       if (last_probe_ > 0 && !chosen_since_probe_) probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
       chosen_since_probe_ = false;

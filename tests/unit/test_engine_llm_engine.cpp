@@ -435,8 +435,7 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   // barely); at the ~3-5 tokens the embedded drafter commits per block, nothing wins. A
   // probe then costs about 0.98 ms, so the pacing rule (3 % of a step) gives one every 16
   // steps; probes that keep finding nothing worth drafting must space out beyond that (each
-  // gap doubles, up to 16x; once the first drafting steps measured a gain at which no number
-  // of drafting requests pays, at the longest gap at once). Lossless throughout.
+  // gap doubles, up to 16x). Lossless throughout.
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   Fixture& f = fixture();
   const SpsTable sps = linear_sps(2.0, 0.01);
@@ -465,8 +464,8 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
               static_cast<unsigned long long>(st.choice_steps), static_cast<unsigned long long>(st.choice_closed),
               static_cast<unsigned long long>(st.choice_chosen), static_cast<unsigned long long>(st.choice_probes));
   EXPECT_EQ(st.choice_closed, 0u) << "the choice should stay open (drafting could pay at full acceptance)";
-  EXPECT_GE(st.choice_probes, 1u);
-  EXPECT_LT(st.choice_probes * 16 * 8, st.choice_steps) << "re-probes did not back off to the longest gap";
+  EXPECT_GT(st.choice_probes, 1u);
+  EXPECT_LT(st.choice_probes * 16 * 2, st.choice_steps) << "re-probes did not back off";
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
 }
 
