@@ -211,14 +211,15 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
     std::mt19937 rng(31);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int M = 13;
-    std::vector<float> x(size_t(M) * K), nw(K), wf;
+    std::vector<float> x(size_t(M) * K), nw(K), gu(size_t(M) * 2 * K), wf;
     for (auto& v : x) v = nd(rng);
     for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
-    Dev<float> dx(x), dnw(nw);
+    for (auto& v : gu) v = nd(rng);
+    Dev<float> dx(x), dnw(nw), dgu(gu);
     Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
     const GemvShape saved = gemv_shape();
     struct Out {
-      std::vector<float> y, acc;
+      std::vector<float> y, acc, swiglu_in;
       std::vector<uint16_t> act;
       std::vector<unsigned long long> keys;
     };
@@ -243,6 +244,9 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
       Dev<uint16_t> act(size_t(m) * N / 2);
       gemm_rows_silu(in, as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), N / 2, m, nullptr);
       o.act = act.get();
+      // SwiGLU rows [g | u] as the input (the down projection's).
+      gemm_rows(GemmInput::silu_mul_rows(dgu.p, 2 * K), as_bf16(W.p), N, K, Y.p, N, m, false, nullptr);
+      o.swiglu_in = Y.get();
       return o;
     };
     // One row runs the one-row instance, five the 4-row one: row 0 has the same bits in both.
@@ -258,16 +262,20 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
       for (GemvShape shape : {GemvShape{8, 0, false}, GemvShape{8, 1, false}, GemvShape{4, 1, false}, GemvShape{4, 3, false},
                               GemvShape{8, 2, false}, GemvShape{4, 0, true}, GemvShape{8, 0, true}, GemvShape{4, 1, true},
                               GemvShape{4, 0, false, false}, GemvShape{8, 0, true, false}, GemvShape{4, 0, false, true, false},
-                              GemvShape{4, 0, false, false, false}}) {
+                              GemvShape{4, 0, false, false, false},
+                              // one row per block for up to 16 rows whatever the matrix size, and never
+                              GemvShape{4, 0, false, true, true, uint64_t{1} << 40}, GemvShape{8, 0, true, true, false, 0}}) {
         SCOPED_TRACE("rows " + std::to_string(m) + ", warps " + std::to_string(shape.warps) + ", blocks per SM " +
                      std::to_string(shape.blocks_per_sm) + (shape.interleave ? ", interleaved" : "") +
                      (shape.one_row_kernel ? "" : ", no one-row instance") +
-                     (shape.evict_first_weights ? "" : ", weights without evict-first"));
+                     (shape.evict_first_weights ? "" : ", weights without evict-first") +
+                     (shape.one_row_max_bytes > (uint64_t{1} << 32) ? ", one row per block" : ""));
         const Out o = run(shape, m);
         EXPECT_EQ(0, std::memcmp(o.y.data(), ref.y.data(), o.y.size() * sizeof(float)));
         EXPECT_EQ(o.keys, ref.keys);
         EXPECT_EQ(0, std::memcmp(o.acc.data(), ref.acc.data(), o.acc.size() * sizeof(float)));
         EXPECT_EQ(o.act, ref.act);
+        EXPECT_EQ(0, std::memcmp(o.swiglu_in.data(), ref.swiglu_in.data(), o.swiglu_in.size() * sizeof(float)));
       }
     }
     set_gemv_shape(saved);

@@ -21,7 +21,10 @@ namespace {
 //
 // Rows of A per block (kRowsPerBlock, 1 or 4): one row (a decode step) runs an instance
 // built for one row, with fewer registers and no per-row loops over absent rows; it measured
-// 373 against 346 tokens/s on the H200 (docs/PERFORMANCE.md, session 12). Blocks of 8 or 16
+// 373 against 346 tokens/s on the H200 (docs/PERFORMANCE.md, session 12). So do verify blocks
+// of up to kOneRowMaxM rows of a matrix small enough to stay in the L2
+// (GemvShape::one_row_max_bytes), one row group per row: the latency chain of a small model's
+// forward is then the decode step's (session 19). Blocks of 8 or 16
 // rows (each weight read once per 8 or 16 rows) measured slower for verify blocks and
 // prompts than 4-row blocks, whose row groups run at once and share the weights in the L2.
 // A row's dot products keep the same lane order and FMA chain in either instance: no bit
@@ -33,6 +36,7 @@ constexpr int kNormWarps = kNormThreads / 32;
 constexpr int kOutPerWarp = 2;
 constexpr int kUnroll = 4;  // chunks per lane per batch: kUnroll * kOutPerWarp 16-byte weight loads
 constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while staging A
+constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to this many rows
 
 using detail::argmax_key;
 using detail::silu_mul;
@@ -43,6 +47,7 @@ constexpr int kEpiY = 0, kEpiSilu = 1;
 // Kernel flags (the launch's GemvShape): the interleaved pair order, and weight loads that
 // pass the L2 with the evict-first policy.
 constexpr int kFlagInterleave = 1, kFlagEvictFirst = 2;
+constexpr int kFlatUnroll = 2;  // multi-row blocks: float4 loads per row in flight for the sum of squares
 
 // A weight load: read once per token, never reused within it, so with evict_first (policy
 // from createpolicy) its L2 lines are the first to go, and the L2 keeps what is reused
@@ -126,6 +131,47 @@ __global__ void __launch_bounds__(kMaxThreads)
     // 1 / rms of each row in a fixed order: sums strided over the first kNormThreads
     // threads (float4 groups in order when vectorised), a warp xor tree, those warps in
     // order. Depends on the row alone (not on the block shape).
+    if constexpr (kVec && kRowsPerBlock > 1) {
+      // Every row's loads in flight at once (kFlatUnroll per row), each row's sum in the
+      // same element order as the one-row loop below: the same bits, one round trip to the
+      // L2 per batch rather than per row. (Rows one after another: a verify block of the
+      // embedded target took 0.304 against 0.263 ms at 8 rows; docs/PERFORMANCE.md, session 19.)
+      float ss[kRowsPerBlock];
+      const float4* x4r[kRowsPerBlock];
+#pragma unroll
+      for (int r = 0; r < kRowsPerBlock; ++r) {
+        ss[r] = 0.0f;
+        const int src = r < mr ? (in.row_index ? in.row_index[m0 + r] : m0 + r) : 0;
+        x4r[r] = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+      }
+      if (warp < kNormWarps) {
+        const int n4 = K / 4;
+        for (int c0 = threadIdx.x; c0 < n4; c0 += kNormThreads * kFlatUnroll) {
+          float4 v[kRowsPerBlock][kFlatUnroll];
+#pragma unroll
+          for (int r = 0; r < kRowsPerBlock; ++r)
+#pragma unroll
+            for (int u = 0; u < kFlatUnroll; ++u)
+              if (r < mr && c0 + u * kNormThreads < n4) v[r][u] = x4r[r][c0 + u * kNormThreads];
+#pragma unroll
+          for (int r = 0; r < kRowsPerBlock; ++r)
+#pragma unroll
+            for (int u = 0; u < kFlatUnroll; ++u)
+              if (r < mr && c0 + u * kNormThreads < n4) {
+                ss[r] = fmaf(v[r][u].x, v[r][u].x, ss[r]);
+                ss[r] = fmaf(v[r][u].y, v[r][u].y, ss[r]);
+                ss[r] = fmaf(v[r][u].z, v[r][u].z, ss[r]);
+                ss[r] = fmaf(v[r][u].w, v[r][u].w, ss[r]);
+              }
+        }
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r) {
+#pragma unroll
+          for (int o = 16; o > 0; o >>= 1) ss[r] += __shfl_xor_sync(0xffffffffu, ss[r], o);
+          if (lane == 0) red[r][warp] = ss[r];
+        }
+      }
+    } else
 #pragma unroll
     for (int r = 0; r < kRowsPerBlock; ++r) {
       if (warp >= kNormWarps) break;
@@ -166,6 +212,64 @@ __global__ void __launch_bounds__(kMaxThreads)
       inv[r] = 1.0f / sqrtf(ss / static_cast<float>(K) + in.eps);
     }
   }
+  if constexpr (kVec && kRowsPerBlock > 1) {
+    // Every row's chunk c loaded at once, then transformed and stored (elementwise: the
+    // same values as the per-row loop below).
+    const int n8 = K / 8;
+    const char* xr[kRowsPerBlock];
+#pragma unroll
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      const int src = r < mr ? ((kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0 + r] : m0 + r) : 0;
+      xr[r] = static_cast<const char*>(in.x) +
+              static_cast<int64_t>(src) * in.ldx * (kMode == GemmInput::Bf16 ? sizeof(bf16) : sizeof(float));
+    }
+    for (int c = threadIdx.x; c < n8; c += nthreads) {
+      if constexpr (kMode == GemmInput::Bf16) {
+        uint4 v[kRowsPerBlock];
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r)
+          if (r < mr) v[r] = reinterpret_cast<const uint4*>(xr[r])[c];
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r)
+          if (r < mr) reinterpret_cast<uint4*>(As + r * Kp)[c] = v[r];
+      } else {
+        float4 a[kRowsPerBlock][2], b[kRowsPerBlock][2];
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r) {
+          if (r >= mr) break;
+          const float4* x4 = reinterpret_cast<const float4*>(xr[r]);
+          a[r][0] = x4[2 * c];
+          a[r][1] = x4[2 * c + 1];
+          if (kMode == GemmInput::SiluMul || r == 0) {
+            const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
+            b[r][0] = __ldg(y4 + 2 * c);
+            b[r][1] = __ldg(y4 + 2 * c + 1);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRowsPerBlock; ++r) {
+          if (r >= mr) break;
+          const int rb = kMode == GemmInput::RmsNorm ? 0 : r;
+          const float xs[8] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w, a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
+          const float ys[8] = {b[rb][0].x, b[rb][0].y, b[rb][0].z, b[rb][0].w, b[rb][1].x, b[rb][1].y, b[rb][1].z, b[rb][1].w};
+          __nv_bfloat162 o[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float lo, hi;
+            if constexpr (kMode == GemmInput::RmsNorm) {
+              lo = ys[2 * j] * (xs[2 * j] * inv[r]);
+              hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv[r]);
+            } else {
+              lo = silu_mul(xs[2 * j], ys[2 * j]);
+              hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
+            }
+            o[j] = __floats2bfloat162_rn(lo, hi);
+          }
+          reinterpret_cast<uint4*>(As + r * Kp)[c] = *reinterpret_cast<const uint4*>(o);
+        }
+      }
+    }
+  } else
 #pragma unroll
   for (int r = 0; r < kRowsPerBlock; ++r) {
     if (r >= mr) break;
@@ -410,8 +514,12 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
              reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
   if (kMode == GemmInput::RmsNorm) vec = vec && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
-  // Rows per block: 1 for one row (a decode step), else 4.
-  const int rows = vec && M == 1 && gemv_shape().one_row_kernel ? 1 : 4;
+  // Rows per block: 1 for one row (a decode step), else 4; also 1 for a small verify block
+  // (up to kOneRowMaxM rows) of a matrix of at most one_row_max_bytes, which stays in the
+  // L2, so that row groups re-reading it cost no DRAM traffic.
+  const GemvShape shape = gemv_shape();
+  const bool one_row = M == 1 || (M <= kOneRowMaxM && static_cast<uint64_t>(N) * K * sizeof(bf16) <= shape.one_row_max_bytes);
+  const int rows = vec && one_row && shape.one_row_kernel ? 1 : 4;
   const int row_groups = (M + rows - 1) / rows;
   const size_t smem = static_cast<size_t>(std::min(M, rows)) * row_bytes;
   if (smem > static_cast<size_t>(optin))
@@ -442,6 +550,8 @@ GemvShape& shape_setting() {
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
     g.evict_first_weights = read("DSINFER_CUDA_GEMV_EVICT_FIRST", 0, 1, g.evict_first_weights ? 1 : 0) == 1;
+    g.one_row_max_bytes = static_cast<uint64_t>(read("DSINFER_CUDA_GEMV_ONE_ROW_MB", 0, 65536,
+                                                     static_cast<int>(g.one_row_max_bytes >> 20))) << 20;
     return g;
   }();
   return shape;

@@ -110,6 +110,13 @@ struct GemvShape {
   // rows attention reads, the activations). 4B batch-1 decode on the H200: 374.1 against
   // 367.9 tokens/s (docs/PERFORMANCE.md, session 18).
   bool evict_first_weights = true;
+  // Verify blocks of up to 16 rows of a matrix of at most this many bytes run one row per
+  // block too (DSINFER_CUDA_GEMV_ONE_ROW_MB, default 8): such a matrix stays in the L2, so
+  // its row groups share one DRAM read, and each block's chain (stage A, dot, reduce) is the
+  // short one-row one. The embedded target's verify forward of 8 rows: 0.222 against 0.304
+  // ms; for the 4B shape's 21-31 MB matrices it measured mixed (docs/PERFORMANCE.md,
+  // session 19). No bit changes (tests check it).
+  uint64_t one_row_max_bytes = uint64_t{8} << 20;
 };
 GemvShape gemv_shape();
 void set_gemv_shape(GemvShape shape);
