@@ -84,6 +84,29 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
   }
 }
 
+// One 16-byte chunk of a staged row of A from 8 F32 inputs x (two float4) and their partners
+// y: RmsNorm bf16(y * (x * inv)) with y the norm weight, SiluMul bf16(silu(x) * y) with y the
+// up half. Both staging loops (one row at a time, all rows at once) use it: the same bits.
+template <int kMode>
+__device__ __forceinline__ uint4 stage8(const float4 (&x)[2], const float4 (&y)[2], float inv) {
+  const float xs[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const float ys[8] = {y[0].x, y[0].y, y[0].z, y[0].w, y[1].x, y[1].y, y[1].z, y[1].w};
+  __nv_bfloat162 o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float lo, hi;
+    if constexpr (kMode == GemmInput::RmsNorm) {
+      lo = ys[2 * j] * (xs[2 * j] * inv);
+      hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv);
+    } else {
+      lo = silu_mul(xs[2 * j], ys[2 * j]);
+      hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
+    }
+    o[j] = __floats2bfloat162_rn(lo, hi);
+  }
+  return *reinterpret_cast<const uint4*>(o);
+}
+
 // kVec: K % 8 == 0 and W 16-byte aligned (the 16-byte path); else the same lane-strided,
 // in-order accumulation over single elements. kEpi: kEpiY writes Y; kEpiSilu: the feature
 // pairs (2i, 2i + 1) are (gate_i, up_i) and the epilogue writes silu_out[m, i] =
@@ -249,23 +272,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
         for (int r = 0; r < kRowsPerBlock; ++r) {
           if (r >= mr) break;
-          const int rb = kMode == GemmInput::RmsNorm ? 0 : r;
-          const float xs[8] = {a[r][0].x, a[r][0].y, a[r][0].z, a[r][0].w, a[r][1].x, a[r][1].y, a[r][1].z, a[r][1].w};
-          const float ys[8] = {b[rb][0].x, b[rb][0].y, b[rb][0].z, b[rb][0].w, b[rb][1].x, b[rb][1].y, b[rb][1].z, b[rb][1].w};
-          __nv_bfloat162 o[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            float lo, hi;
-            if constexpr (kMode == GemmInput::RmsNorm) {
-              lo = ys[2 * j] * (xs[2 * j] * inv[r]);
-              hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv[r]);
-            } else {
-              lo = silu_mul(xs[2 * j], ys[2 * j]);
-              hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
-            }
-            o[j] = __floats2bfloat162_rn(lo, hi);
-          }
-          reinterpret_cast<uint4*>(As + r * Kp)[c] = *reinterpret_cast<const uint4*>(o);
+          reinterpret_cast<uint4*>(As + r * Kp)[c] = stage8<kMode>(a[r], b[kMode == GemmInput::RmsNorm ? 0 : r], inv[r]);
         }
       }
     }
@@ -306,24 +313,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {
             const int c = c0 + u * nthreads;
-            if (c < n8) {
-              const float xs[8] = {a[u][0].x, a[u][0].y, a[u][0].z, a[u][0].w, a[u][1].x, a[u][1].y, a[u][1].z, a[u][1].w};
-              const float ys[8] = {b[u][0].x, b[u][0].y, b[u][0].z, b[u][0].w, b[u][1].x, b[u][1].y, b[u][1].z, b[u][1].w};
-              __nv_bfloat162 o[4];
-#pragma unroll
-              for (int j = 0; j < 4; ++j) {
-                float lo, hi;
-                if constexpr (kMode == GemmInput::RmsNorm) {
-                  lo = ys[2 * j] * (xs[2 * j] * inv[r]);
-                  hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv[r]);
-                } else {
-                  lo = silu_mul(xs[2 * j], ys[2 * j]);
-                  hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
-                }
-                o[j] = __floats2bfloat162_rn(lo, hi);
-              }
-              reinterpret_cast<uint4*>(dst)[c] = *reinterpret_cast<const uint4*>(o);
-            }
+            if (c < n8) reinterpret_cast<uint4*>(dst)[c] = stage8<kMode>(a[u], b[u], inv[r]);
           }
         }
       }
