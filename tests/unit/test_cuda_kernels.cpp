@@ -719,3 +719,75 @@ TEST(CudaKernels, QuantGemvMatchesCpuAndIsBatchInvariant) {
 #else
 TEST(CudaKernels, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without DSINFER_CUDA"; }
 #endif
+
+// The tensor-core GEMM (GemvShape::mma, experimental): a row's bits do not depend on how many
+// rows share the call (1 to 40: one to three row groups, the row at any place of the 16-row
+// fragment), for every input kind and both epilogues; its values agree with the CUDA-core row
+// kernel's within rounding (a wrong fragment layout or k permutation would be off by O(1)).
+// K = 9728 holds 11 rows per block; K = 320 is the embedded target's hidden size.
+TEST(CudaKernels, MmaGemmIsBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  for (auto [K0, N0] : {std::pair{2560, 1030}, std::pair{320, 1792}, std::pair{9728, 264}}) {
+    const int K = K0, N = N0;
+    SCOPED_TRACE("K " + std::to_string(K) + ", N " + std::to_string(N));
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const int M = 40;
+    std::vector<float> x(size_t(M) * K), nw(K), gu(size_t(M) * 2 * K), wf;
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
+    for (auto& v : gu) v = nd(rng);
+    std::vector<uint16_t> xb(size_t(M) * K);
+    for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    Dev<float> dx(x), dnw(nw), dgu(gu);
+    Dev<uint16_t> dxb(xb);
+    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+    const GemvShape saved = gemv_shape();
+    struct Out {
+      std::vector<float> norm, bf, swiglu_in;
+      std::vector<uint16_t> act;
+      std::vector<unsigned long long> keys;
+    };
+    auto run = [&](bool mma, int m) {
+      GemvShape shape;
+      shape.mma = mma;
+      set_gemv_shape(shape);
+      Out o;
+      const GemmInput in = GemmInput::rmsnorm_rows(dx.p, K, dnw.p, 1e-6f);
+      Dev<float> Y(size_t(m) * N);
+      Dev<unsigned long long> keys(m);
+      DSINFER_CUDA_CHECK(cudaMemset(keys.p, 0, m * sizeof(unsigned long long)));
+      gemm_rows(in, as_bf16(W.p), N, K, Y.p, N, m, false, nullptr, keys.p);
+      o.norm = Y.get();
+      o.keys = keys.get();
+      gemm_rows(GemmInput::bf16_rows(as_bf16(dxb.p), K), as_bf16(W.p), N, K, Y.p, N, m, true, nullptr);
+      o.bf = Y.get();  // accumulated onto the first
+      gemm_rows(GemmInput::silu_mul_rows(dgu.p, 2 * K), as_bf16(W.p), N, K, Y.p, N, m, false, nullptr);
+      o.swiglu_in = Y.get();
+      Dev<uint16_t> act(size_t(m) * N / 2);
+      gemm_rows_silu(in, as_bf16(W.p), N, K, reinterpret_cast<bf16*>(act.p), N / 2, m, nullptr);
+      o.act = act.get();
+      return o;
+    };
+    const Out all = run(true, M);
+    for (int m : {1, 2, 5, 13, 16, 17, 33}) {
+      SCOPED_TRACE("rows " + std::to_string(m));
+      const Out o = run(true, m);
+      EXPECT_EQ(0, std::memcmp(o.norm.data(), all.norm.data(), o.norm.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(o.bf.data(), all.bf.data(), o.bf.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(o.swiglu_in.data(), all.swiglu_in.data(), o.swiglu_in.size() * sizeof(float)));
+      EXPECT_TRUE(std::equal(o.act.begin(), o.act.end(), all.act.begin()));
+      EXPECT_TRUE(std::equal(o.keys.begin(), o.keys.end(), all.keys.begin()));
+    }
+    const Out fma = run(false, M);
+    double worst = 0;
+    for (size_t i = 0; i < fma.norm.size(); ++i) {
+      worst = std::max(worst, std::fabs(double(all.norm[i]) - fma.norm[i]) / (1.0 + std::fabs(fma.norm[i])));
+      worst = std::max(worst, std::fabs(double(all.bf[i]) - fma.bf[i]) / (1.0 + std::fabs(fma.bf[i])));
+      worst = std::max(worst, std::fabs(double(all.swiglu_in[i]) - fma.swiglu_in[i]) / (1.0 + std::fabs(fma.swiglu_in[i])));
+    }
+    std::printf("[mma gemm] K %d N %d: worst |mma - row kernel| / (1 + |row kernel|) %.3g\n", K, N, worst);
+    EXPECT_LT(worst, 1e-2);
+    set_gemv_shape(saved);
+  }
+}

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_gemv_impl.cuh"
 #include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_gemm_mma.h"
 
 namespace dsinfer::cuda {
 
@@ -40,6 +41,7 @@ constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to t
 
 using detail::argmax_key;
 using detail::silu_mul;
+using detail::stage8;
 using detail::unpack8;
 
 constexpr int kEpiY = 0, kEpiSilu = 1;
@@ -82,29 +84,6 @@ __device__ __forceinline__ void load_batch(uint4 (&wv)[kUnroll][kOutPerWarp], co
     for (int u = 0; u < kUnroll; ++u)
       if (c0 + u * 32 < chunks) wv[u][o] = load_weight(w4 + c0 + u * 32, evict_first, policy);
   }
-}
-
-// One 16-byte chunk of a staged row of A from 8 F32 inputs x (two float4) and their partners
-// y: RmsNorm bf16(y * (x * inv)) with y the norm weight, SiluMul bf16(silu(x) * y) with y the
-// up half. Both staging loops (one row at a time, all rows at once) use it: the same bits.
-template <int kMode>
-__device__ __forceinline__ uint4 stage8(const float4 (&x)[2], const float4 (&y)[2], float inv) {
-  const float xs[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
-  const float ys[8] = {y[0].x, y[0].y, y[0].z, y[0].w, y[1].x, y[1].y, y[1].z, y[1].w};
-  __nv_bfloat162 o[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    float lo, hi;
-    if constexpr (kMode == GemmInput::RmsNorm) {
-      lo = ys[2 * j] * (xs[2 * j] * inv);
-      hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv);
-    } else {
-      lo = silu_mul(xs[2 * j], ys[2 * j]);
-      hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
-    }
-    o[j] = __floats2bfloat162_rn(lo, hi);
-  }
-  return *reinterpret_cast<const uint4*>(o);
 }
 
 // kVec: K % 8 == 0 and W 16-byte aligned (the 16-byte path); else the same lane-strided,
@@ -272,7 +251,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
         for (int r = 0; r < kRowsPerBlock; ++r) {
           if (r >= mr) break;
-          reinterpret_cast<uint4*>(As + r * Kp)[c] = stage8<kMode>(a[r], b[kMode == GemmInput::RmsNorm ? 0 : r], inv[r]);
+          reinterpret_cast<uint4*>(As + r * Kp)[c] = stage8<kMode == GemmInput::RmsNorm>(a[r], b[kMode == GemmInput::RmsNorm ? 0 : r], inv[r]);
         }
       }
     }
@@ -313,7 +292,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {
             const int c = c0 + u * nthreads;
-            if (c < n8) reinterpret_cast<uint4*>(dst)[c] = stage8<kMode>(a[u], b[u], inv[r]);
+            if (c < n8) reinterpret_cast<uint4*>(dst)[c] = stage8<kMode == GemmInput::RmsNorm>(a[u], b[u], inv[r]);
           }
         }
       }
@@ -499,6 +478,12 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
     DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   }
+  // The tensor-core kernel when switched on (cuda_gemm_mma.cu, experimental), for every row
+  // count of a matrix it supports, so that a row's bits never depend on the row count.
+  if (gemv_shape().mma && gemm_mma_supported(in, W, K)) {
+    gemm_mma(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+    return;
+  }
   // The 16-byte paths: K a multiple of 8, and W, A's rows (and the norm weight) 16-byte aligned.
   const int elems16 = kMode == GemmInput::Bf16 ? 8 : 4;
   bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
@@ -540,6 +525,7 @@ GemvShape& shape_setting() {
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
     g.evict_first_weights = read("DSINFER_CUDA_GEMV_EVICT_FIRST", 0, 1, g.evict_first_weights ? 1 : 0) == 1;
+    g.mma = read("DSINFER_CUDA_GEMV_MMA", 0, 1, g.mma ? 1 : 0) == 1;
     g.one_row_max_bytes = static_cast<uint64_t>(read("DSINFER_CUDA_GEMV_ONE_ROW_MB", 0, 65536,
                                                      static_cast<int>(g.one_row_max_bytes >> 20))) << 20;
     return g;

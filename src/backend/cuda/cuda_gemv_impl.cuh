@@ -25,6 +25,30 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
 // silu(g) * u, as kernels/cpu/silu_mul.cpp computes it.
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
+// One 16-byte chunk of a staged row of A from 8 F32 inputs x (two float4) and their partners
+// y: RmsNorm bf16(y * (x * inv)) with y the norm weight, SiluMul bf16(silu(x) * y) with y the
+// up half (kRmsNorm false). Every staging loop (one row at a time, all rows at once, the
+// tensor-core kernel's) uses it: the same values.
+template <bool kRmsNorm>
+__device__ __forceinline__ uint4 stage8(const float4 (&x)[2], const float4 (&y)[2], float inv) {
+  const float xs[8] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w};
+  const float ys[8] = {y[0].x, y[0].y, y[0].z, y[0].w, y[1].x, y[1].y, y[1].z, y[1].w};
+  __nv_bfloat162 o[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    float lo, hi;
+    if constexpr (kRmsNorm) {
+      lo = ys[2 * j] * (xs[2 * j] * inv);
+      hi = ys[2 * j + 1] * (xs[2 * j + 1] * inv);
+    } else {
+      lo = silu_mul(xs[2 * j], ys[2 * j]);
+      hi = silu_mul(xs[2 * j + 1], ys[2 * j + 1]);
+    }
+    o[j] = __floats2bfloat162_rn(lo, hi);
+  }
+  return *reinterpret_cast<const uint4*>(o);
+}
+
 // Orderable 64-bit key of (logit, feature): larger logit first, then the LOWER feature index
 // (torch.argmax's tie rule); atomicMax over keys is order-independent, hence deterministic.
 __device__ __forceinline__ unsigned long long argmax_key(float v, int n) {

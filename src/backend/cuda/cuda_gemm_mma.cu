@@ -1,0 +1,273 @@
+// dsinfer CUDA backend: the invariant GEMM on tensor cores (GemvShape::mma, opt-in; see
+// cuda_gemm.h). EXPERIMENTAL: written in session 19 without device time left to run it; its
+// test (CudaKernels.MmaGemmIsBatchInvariant) has not run on a GPU yet.
+//
+// Why: the CUDA-core row kernel streams the weights at batch 1 but a verify block of 8 rows of
+// the 4B shape costs 2.7 decode steps (PERFORMANCE.md, session 19): per 8 weights it unpacks
+// and multiplies once per row. mma.sync m16n8k16 (BF16 in, F32 accumulate) does 16 rows x 8
+// features x 16 k per instruction, so up to 16 rows cost about what one row costs.
+//
+// Data flow: a block (4 warps) stages up to kMaxRows rows of A as BF16 in shared memory (the
+// RMSNorm / SwiGLU input transform, one warp per row for the sums of squares), then each warp
+// walks 8-feature tiles of W. Per 64-wide chunk of K, thread (g = lane / 4, t = lane % 4)
+// loads 16 consecutive weights of feature n0 + g (two 16-byte loads) and the same 16
+// positions of A rows g and g + 8 from shared memory, and feeds them to 4 mma instructions.
+// The k order is permuted (mma j's logical k 2t, 2t + 1 / 2t + 8, 2t + 9 are the thread's
+// physical positions 16t + 4j + 0, 1 / + 2, 3) identically for A and W, so the sum is the same
+// dot product. Batch invariance: a row's output is the same chain of mma instructions (chunk
+// order, j order) whatever the row count, its row group or its place in the 16-row fragment,
+// assuming the tensor core reduces every (row, column) of a tile the same way; the test checks
+// rows 1, 5, 13 and 16+ against each other bit for bit. Rows of the fragment past the block's
+// rows are zeros. The decode row takes this path too when the switch is on, so greedy
+// speculation stays equal to plain greedy decoding.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_gemm_mma.h"
+#include "backend/cuda/cuda_gemv_impl.cuh"
+
+namespace dsinfer::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kMaxRows = 16;    // one m16 fragment of rows per block
+constexpr int kChunk = 64;      // k per chunk: 4 mma k-steps
+constexpr int kBatch = 4;       // chunks per load batch (256 weights per feature in flight per warp)
+constexpr int kPad = 8;         // BF16 of padding per staged row: rows g and g + 1 fall in other banks
+
+using detail::argmax_key;
+using detail::silu_mul;
+using detail::stage8;
+
+constexpr int kEpiY = 0, kEpiSilu = 1;
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// The pair p (0-7) of a 16-byte group: two consecutive BF16 as one 32-bit register.
+__device__ __forceinline__ uint32_t pair(const uint4& lo, const uint4& hi, int p) {
+  const uint4& v = p < 4 ? lo : hi;
+  switch (p & 3) {
+    case 0: return v.x;
+    case 1: return v.y;
+    case 2: return v.z;
+    default: return v.w;
+  }
+}
+
+template <int kMode, int kEpi>
+__global__ void __launch_bounds__(kThreads)
+    gemm_mma_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
+                    int rows_per_block, int accumulate, unsigned long long* __restrict__ argmax_keys,
+                    bf16* __restrict__ silu_out, int64_t ld_silu) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16* As = reinterpret_cast<bf16*>(smem_raw);  // [mr][K + kPad]: padded rows, no bank conflicts
+  const int lda = K + kPad;
+  __shared__ float inv_s[kMaxRows];
+  __shared__ unsigned long long best_s[kMaxRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+  const int m0 = blockIdx.y * rows_per_block;
+  const int mr = min(rows_per_block, M - m0);
+  const int tiles = (N + 7) / 8, chunks = K / kChunk;
+  const int tile_step = gridDim.x * kWarps;
+
+  // First weight batch before the PDL wait (weights are constant).
+  auto load_w = [&](uint4 (&w)[kBatch][2], int tile, int c0) {
+    if (tile >= tiles) return;
+    const int n = min(tile * 8 + g, N - 1);
+    const uint4* row = reinterpret_cast<const uint4*>(W + static_cast<int64_t>(n) * K);
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b)
+      if (c0 + b < chunks) {
+        const int off = ((c0 + b) * kChunk + 16 * t) / 8;  // in 16-byte units
+        w[b][0] = __ldg(row + off);
+        w[b][1] = __ldg(row + off + 1);
+      }
+  };
+  uint4 wv[kBatch][2];
+  int tile = blockIdx.x * kWarps + warp;
+  load_w(wv, tile, 0);
+  pdl_wait();
+
+  // ---- stage A: inverse RMS per row (one warp per row, lanes over float4 groups in order,
+  // an xor tree), then the rows as BF16 -------------------------------------------------
+  if (threadIdx.x < kMaxRows) best_s[threadIdx.x] = 0ull;
+  if constexpr (kMode == GemmInput::RmsNorm) {
+    for (int r = warp; r < mr; r += kWarps) {
+      const int src = in.row_index ? in.row_index[m0 + r] : m0 + r;
+      const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+      float ss = 0.0f;
+      for (int c = lane; c < K / 4; c += 32) {
+        const float4 v = x4[c];
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) inv_s[r] = 1.0f / sqrtf(ss / static_cast<float>(K) + in.eps);
+    }
+    __syncthreads();
+  }
+  const int n8 = K / 8;
+  for (int item = threadIdx.x; item < mr * n8; item += kThreads) {
+    const int r = item / n8, c = item % n8;
+    const int src = (kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0 + r] : m0 + r;
+    uint4 out;
+    if constexpr (kMode == GemmInput::Bf16) {
+      out = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx)[c];
+    } else {
+      const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+      const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
+      const float4 x[2] = {x4[2 * c], x4[2 * c + 1]};
+      const float4 y[2] = {__ldg(y4 + 2 * c), __ldg(y4 + 2 * c + 1)};
+      out = stage8<kMode == GemmInput::RmsNorm>(x, y, kMode == GemmInput::RmsNorm ? inv_s[r] : 1.0f);
+    }
+    reinterpret_cast<uint4*>(As + static_cast<int64_t>(r) * lda)[c] = out;
+  }
+  __syncthreads();
+
+  // ---- tiles of 8 features ---------------------------------------------------------------
+  const bool row_lo = g < mr, row_hi = g + 8 < mr;
+  const uint4* a_lo = reinterpret_cast<const uint4*>(As + static_cast<int64_t>(row_lo ? g : 0) * lda);
+  const uint4* a_hi = reinterpret_cast<const uint4*>(As + static_cast<int64_t>(row_hi ? g + 8 : 0) * lda);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  unsigned long long best_lo = 0ull, best_hi = 0ull;
+  for (; tile < tiles; tile += tile_step) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int c0 = 0; c0 < chunks; c0 += kBatch) {
+      uint4 nx[kBatch][2];
+      if (c0 + kBatch < chunks) load_w(nx, tile, c0 + kBatch);
+      else load_w(nx, tile + tile_step, 0);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if (c0 + b >= chunks) break;
+        const int off = ((c0 + b) * kChunk + 16 * t) / 8;
+        const uint4 al0 = row_lo ? a_lo[off] : zero, al1 = row_lo ? a_lo[off + 1] : zero;
+        const uint4 ah0 = row_hi ? a_hi[off] : zero, ah1 = row_hi ? a_hi[off + 1] : zero;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mma_bf16(acc, pair(al0, al1, 2 * j), pair(ah0, ah1, 2 * j), pair(al0, al1, 2 * j + 1), pair(ah0, ah1, 2 * j + 1),
+                   pair(wv[b][0], wv[b][1], 2 * j), pair(wv[b][0], wv[b][1], 2 * j + 1));
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        wv[b][0] = nx[b][0];
+        wv[b][1] = nx[b][1];
+      }
+    }
+    // acc: rows g (0, 1) and g + 8 (2, 3), features tile * 8 + 2t, + 1.
+    const int n = tile * 8 + 2 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = g + 8 * h;
+      if (r >= mr) continue;
+      const float v0 = acc[2 * h], v1 = acc[2 * h + 1];
+      if constexpr (kEpi == kEpiSilu) {
+        // (gate_i, up_i) are features (2i, 2i + 1): this thread holds both (N even).
+        if (n < N) silu_out[static_cast<int64_t>(m0 + r) * ld_silu + n / 2] = __float2bfloat16(silu_mul(v0, v1));
+      } else {
+        unsigned long long& best = h ? best_hi : best_lo;
+#pragma unroll
+        for (int o = 0; o < 2; ++o) {
+          if (n + o >= N) break;
+          float* y = Y + static_cast<int64_t>(m0 + r) * ldy + n + o;
+          const float out = accumulate ? *y + (o ? v1 : v0) : (o ? v1 : v0);
+          *y = out;
+          if (argmax_keys) {
+            const unsigned long long key = argmax_key(out, n + o);
+            best = key > best ? key : best;
+          }
+        }
+      }
+    }
+  }
+  pdl_trigger();
+  if (argmax_keys) {  // max is order-free: shared atomics, then one global atomic per row
+    if (row_lo && best_lo) atomicMax(&best_s[g], best_lo);
+    if (row_hi && best_hi) atomicMax(&best_s[g + 8], best_hi);
+    __syncthreads();
+    if (threadIdx.x < mr && best_s[threadIdx.x]) atomicMax(argmax_keys + m0 + threadIdx.x, best_s[threadIdx.x]);
+  }
+}
+
+template <int kMode, int kEpi>
+void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
+            unsigned long long* keys, bf16* silu_out, int64_t ld_silu, cudaStream_t stream) {
+  auto kernel = gemm_mma_kernel<kMode, kEpi>;
+  thread_local int optin = 0, sms = 0;
+  thread_local size_t allowed = 0;
+  if (optin == 0) {
+    int dev = 0;
+    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  }
+  // Rows per block: up to 16, as many as the shared memory holds (K = 9728 takes 11).
+  const size_t row_bytes = static_cast<size_t>(K + kPad) * sizeof(bf16);
+  const int fit = static_cast<int>((static_cast<size_t>(optin) - 1024) / row_bytes);
+  if (fit < 1) throw Error("CUDA MMA GEMM: K = " + std::to_string(K) + " does not fit one row in shared memory");
+  const int rows = std::min({kMaxRows, fit, M});
+  const int row_groups = (M + rows - 1) / rows;
+  const size_t smem = static_cast<size_t>(rows) * row_bytes;
+  if (smem > allowed) {
+    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    allowed = smem;
+  }
+  int per_sm = 0;
+  DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  per_sm = std::max(per_sm, 1);
+  // One resident wave per row group, each warp walking an equal share of the 8-feature tiles.
+  const int tiles = (N + 7) / 8, groups = (tiles + kWarps - 1) / kWarps;
+  const int cap = std::max(1, per_sm * sms / std::max(1, std::min(row_groups, per_sm * sms)));
+  const int per_block = (groups + cap - 1) / cap;
+  const dim3 grid((groups + per_block - 1) / per_block, row_groups);
+  launch_pdl(PdlSite::Gemv, kernel, grid, dim3(kThreads), smem, stream, in, W, N, K, Y, ldy, M, rows, accumulate ? 1 : 0,
+             keys, silu_out, ld_silu);
+  DSINFER_CUDA_LAUNCHED("gemm_mma_kernel");
+}
+
+}  // namespace
+
+bool gemm_mma_supported(const GemmInput& in, const bf16* W, int K) {
+  const int elems16 = in.kind == GemmInput::Bf16 ? 8 : 4;
+  bool ok = K % kChunk == 0 && reinterpret_cast<uintptr_t>(W) % 16 == 0 && in.ldx % elems16 == 0 &&
+            reinterpret_cast<uintptr_t>(in.x) % 16 == 0;
+  if (in.kind == GemmInput::RmsNorm) ok = ok && reinterpret_cast<uintptr_t>(in.norm_w) % 16 == 0;
+  return ok;
+}
+
+void gemm_mma(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t ldy, int M, bool accumulate,
+              unsigned long long* keys, bf16* silu_out, int64_t ld_silu, cudaStream_t stream) {
+  const bool silu = silu_out != nullptr;
+  switch (in.kind) {
+    case GemmInput::Bf16:
+      if (silu) launch<GemmInput::Bf16, kEpiSilu>(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+      else launch<GemmInput::Bf16, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+      break;
+    case GemmInput::RmsNorm:
+      if (silu) launch<GemmInput::RmsNorm, kEpiSilu>(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+      else launch<GemmInput::RmsNorm, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+      break;
+    case GemmInput::SiluMul:
+      if (silu) throw Error("CUDA GEMM: the SwiGLU epilogue takes BF16 or RMSNorm rows");
+      launch<GemmInput::SiluMul, kEpiY>(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+      break;
+  }
+}
+
+}  // namespace dsinfer::cuda
