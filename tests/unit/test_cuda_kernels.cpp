@@ -716,10 +716,6 @@ TEST(CudaKernels, QuantGemvMatchesCpuAndIsBatchInvariant) {
   }
 }
 
-#else
-TEST(CudaKernels, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without DSINFER_CUDA"; }
-#endif
-
 // The tensor-core GEMM (GemvShape::mma, experimental): a row's bits do not depend on how many
 // rows share the call (1 to 40: one to three row groups, the row at any place of the 16-row
 // fragment), for every input kind and both epilogues; its values agree with the CUDA-core row
@@ -791,3 +787,7 @@ TEST(CudaKernels, MmaGemmIsBatchInvariant) {
     set_gemv_shape(saved);
   }
 }
+
+#else
+TEST(CudaKernels, SkippedWithoutCudaBuild) { GTEST_SKIP() << "built without DSINFER_CUDA"; }
+#endif
