@@ -20,6 +20,10 @@
 // rows 1, 5, 13 and 16+ against each other bit for bit. Rows of the fragment past the block's
 // rows are zeros. The decode row takes this path too when the switch is on, so greedy
 // speculation stays equal to plain greedy decoding.
+// Known limit, unmeasured: a warp takes 8 features, so a 2560-wide output (the 4B shape's o and
+// down projections) is only 320 tiles, 80 blocks of 4 warps: fewer than the H200's 132 SMs.
+// If batch-1 decode loses to the row kernel there, split K over a block's warps (each a fixed
+// K range, partial sums combined in warp order: still one order for every row count).
 #include <algorithm>
 #include <cstdint>
 #include <string>
