@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "engine/draft_worker.h"
 #include "engine/sps_profile.h"
@@ -47,7 +47,6 @@ struct LLMEngine::PhaseClock {
     std::fprintf(stderr, "\n");
   }
 };
-
 
 namespace {
 // Prompt tokens a step may always spend when prompts wait (prefill_step_tokens less the
@@ -107,7 +106,7 @@ struct LLMEngine::Sequence {
 };
 
 LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {
-  if (const char* e = std::getenv("DSINFER_ENGINE_PHASES"); e && std::string(e) == "1") phases_ = std::make_unique<PhaseClock>();
+  if (env_switch("DSINFER_ENGINE_PHASES", false)) phases_ = std::make_unique<PhaseClock>();
   if (model_.on_device()) {
     device_verifier_ = dynamic_cast<DeviceVerifier*>(&model_);
     if (device_verifier_ && !device_verifier_->verifies_on_device()) device_verifier_ = nullptr;

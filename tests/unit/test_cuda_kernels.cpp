@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -61,6 +62,24 @@ std::vector<uint16_t> random_bf16(size_t n, std::mt19937& rng, float scale, std:
 }
 
 const bf16* as_bf16(const uint16_t* p) { return reinterpret_cast<const bf16*>(p); }
+
+// Random inputs of the row-kernel tests, on the device: M F32 rows x (N(0, 1)), an RMSNorm
+// weight (1 + 0.2 N(0, 1)), M SwiGLU rows [g | u] of width 2K, and W [N, K] in BF16 (0.05 N(0, 1)).
+struct GemmInputs {
+  std::vector<float> x, nw, gu, wf;
+  std::unique_ptr<Dev<float>> dx, dnw, dgu;
+  std::unique_ptr<Dev<uint16_t>> W;
+  GemmInputs(int M, int K, int N, std::mt19937& rng) : x(size_t(M) * K), nw(K), gu(size_t(M) * 2 * K) {
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
+    for (auto& v : gu) v = nd(rng);
+    dx = std::make_unique<Dev<float>>(x);
+    dnw = std::make_unique<Dev<float>>(nw);
+    dgu = std::make_unique<Dev<float>>(gu);
+    W = std::make_unique<Dev<uint16_t>>(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+  }
+};
 
 }  // namespace
 
@@ -209,14 +228,12 @@ TEST(CudaKernels, InvariantGemmBitsDoNotDependOnBlockShape) {
     const int K = K0, N = N0;
     SCOPED_TRACE("K " + std::to_string(K) + ", N " + std::to_string(N));
     std::mt19937 rng(31);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
     const int M = 13;
-    std::vector<float> x(size_t(M) * K), nw(K), gu(size_t(M) * 2 * K), wf;
-    for (auto& v : x) v = nd(rng);
-    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
-    for (auto& v : gu) v = nd(rng);
-    Dev<float> dx(x), dnw(nw), dgu(gu);
-    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
+    const GemmInputs g(M, K, N, rng);
+    const Dev<float>& dx = *g.dx;
+    const Dev<float>& dnw = *g.dnw;
+    const Dev<float>& dgu = *g.dgu;
+    const Dev<uint16_t>& W = *g.W;
     const GemvShape saved = gemv_shape();
     struct Out {
       std::vector<float> y, acc, swiglu_in;
@@ -727,17 +744,15 @@ TEST(CudaKernels, MmaGemmIsBatchInvariant) {
     const int K = K0, N = N0;
     SCOPED_TRACE("K " + std::to_string(K) + ", N " + std::to_string(N));
     std::mt19937 rng(7);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
     const int M = 40;
-    std::vector<float> x(size_t(M) * K), nw(K), gu(size_t(M) * 2 * K), wf;
-    for (auto& v : x) v = nd(rng);
-    for (auto& v : nw) v = 1.0f + 0.2f * nd(rng);
-    for (auto& v : gu) v = nd(rng);
+    const GemmInputs g(M, K, N, rng);
+    const Dev<float>& dx = *g.dx;
+    const Dev<float>& dnw = *g.dnw;
+    const Dev<float>& dgu = *g.dgu;
+    const Dev<uint16_t>& W = *g.W;
     std::vector<uint16_t> xb(size_t(M) * K);
-    for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-    Dev<float> dx(x), dnw(nw), dgu(gu);
+    for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(g.x[i]);
     Dev<uint16_t> dxb(xb);
-    Dev<uint16_t> W(random_bf16(size_t(N) * K, rng, 0.05f, &wf));
     const GemvShape saved = gemv_shape();
     struct Out {
       std::vector<float> norm, bf, swiglu_in;

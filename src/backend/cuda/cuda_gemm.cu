@@ -40,6 +40,7 @@ constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while sta
 constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to this many rows
 
 using detail::argmax_key;
+using detail::add_squares;
 using detail::silu_mul;
 using detail::stage8;
 using detail::unpack8;
@@ -160,10 +161,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
             for (int u = 0; u < kFlatUnroll; ++u)
               if (r < mr && c0 + u * kNormThreads < n4) {
-                ss[r] = fmaf(v[r][u].x, v[r][u].x, ss[r]);
-                ss[r] = fmaf(v[r][u].y, v[r][u].y, ss[r]);
-                ss[r] = fmaf(v[r][u].z, v[r][u].z, ss[r]);
-                ss[r] = fmaf(v[r][u].w, v[r][u].w, ss[r]);
+                ss[r] = add_squares(v[r][u], ss[r]);
               }
         }
 #pragma unroll
@@ -192,10 +190,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
             for (int u = 0; u < kStageUnroll; ++u)
               if (c0 + u * kNormThreads < n4) {
-                ss = fmaf(v[u].x, v[u].x, ss);
-                ss = fmaf(v[u].y, v[u].y, ss);
-                ss = fmaf(v[u].z, v[u].z, ss);
-                ss = fmaf(v[u].w, v[u].w, ss);
+                ss = add_squares(v[u], ss);
               }
           }
         } else {
@@ -480,7 +475,8 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   }
   // The tensor-core kernel when switched on (cuda_gemm_mma.cu, experimental), for every row
   // count of a matrix it supports, so that a row's bits never depend on the row count.
-  if (gemv_shape().mma && gemm_mma_supported(in, W, K)) {
+  const GemvShape shape = gemv_shape();
+  if (shape.mma && gemm_mma_supported(in, W, K)) {
     gemm_mma(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
     return;
   }
@@ -492,7 +488,6 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   // Rows per block: 1 for one row (a decode step), else 4; also 1 for a small verify block
   // (up to kOneRowMaxM rows) of a matrix of at most one_row_max_bytes, which stays in the
   // L2, so that row groups re-reading it cost no DRAM traffic.
-  const GemvShape shape = gemv_shape();
   const bool one_row = M == 1 || (M <= kOneRowMaxM && static_cast<uint64_t>(N) * K * sizeof(bf16) <= shape.one_row_max_bytes);
   const int rows = vec && one_row && shape.one_row_kernel ? 1 : 4;
   const int row_groups = (M + rows - 1) / rows;

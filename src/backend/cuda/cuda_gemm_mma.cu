@@ -45,6 +45,7 @@ constexpr int kBatch = 4;       // chunks per load batch (256 weights per featur
 constexpr int kPad = 8;         // BF16 of padding per staged row: rows g and g + 1 fall in other banks
 
 using detail::argmax_key;
+using detail::add_squares;
 using detail::silu_mul;
 using detail::stage8;
 
@@ -116,10 +117,7 @@ __global__ void __launch_bounds__(kThreads)
       float ss = 0.0f;
       for (int c = lane; c < K / 4; c += 32) {
         const float4 v = x4[c];
-        ss = fmaf(v.x, v.x, ss);
-        ss = fmaf(v.y, v.y, ss);
-        ss = fmaf(v.z, v.z, ss);
-        ss = fmaf(v.w, v.w, ss);
+        ss = add_squares(v, ss);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);

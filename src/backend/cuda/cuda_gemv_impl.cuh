@@ -22,6 +22,14 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   }
 }
 
+// ss + the squares of v's four values, in order (every RMSNorm sum of the GEMM kernels).
+__device__ __forceinline__ float add_squares(const float4& v, float ss) {
+  ss = fmaf(v.x, v.x, ss);
+  ss = fmaf(v.y, v.y, ss);
+  ss = fmaf(v.z, v.z, ss);
+  return fmaf(v.w, v.w, ss);
+}
+
 // silu(g) * u, as kernels/cpu/silu_mul.cpp computes it.
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

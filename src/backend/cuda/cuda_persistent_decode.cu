@@ -90,6 +90,7 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target, unsigned long long*
 }
 
 using detail::argmax_key;
+using detail::add_squares;
 using detail::silu_mul;
 using detail::unpack8;
 
@@ -158,10 +159,7 @@ __device__ void gemv(const PersistentOp& op, const PersistentParams& p, const Ri
       float ss = 0.0f;
       for (int c = tid; c < K / 4; c += kNormThreads) {
         const float4 v = __ldcg(x4 + c);
-        ss = fmaf(v.x, v.x, ss);
-        ss = fmaf(v.y, v.y, ss);
-        ss = fmaf(v.z, v.z, ss);
-        ss = fmaf(v.w, v.w, ss);
+        ss = add_squares(v, ss);
       }
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
