@@ -15,9 +15,11 @@ void add_device_options(CLI::App* sub, DeviceArgs* dest, bool with_cache_preallo
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   sub->add_option("--cuda-gemm", dest->cuda_gemm,
-                  "--device cuda: invariant (fixed-order GEMM, a row never depends on the batch; greedy speculation == "
-                  "plain greedy) or cublas (cuBLAS heuristics, faster prefill, not batch-invariant)")
-      ->check(CLI::IsMember({"invariant", "cublas"}))
+                  "--device cuda: invariant (fixed-order GEMM on tensor cores, a row never depends on the batch; "
+                  "greedy speculation == plain greedy), rows (fixed-order CUDA-core row kernel, also batch-invariant: "
+                  "faster batch-1 decode of large models, slower verify blocks and batches) or cublas (cuBLAS "
+                  "heuristics, faster prefill, not batch-invariant)")
+      ->check(CLI::IsMember({"invariant", "rows", "cublas"}))
       ->capture_default_str();
   sub->add_option("--cuda-graphs", dest->cuda_graphs, "--device cuda: replay CUDA graphs for steps of <= 256 rows")
       ->check(CLI::IsMember({"on", "off"}))
@@ -38,7 +40,8 @@ std::unique_ptr<Model> load_model_on_device(const std::string& model_path, const
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   CudaModelOptions o;
-  o.batch_invariant = a.cuda_gemm == "invariant";
+  o.batch_invariant = a.cuda_gemm != "cublas";
+  o.tensor_core_gemm = a.cuda_gemm == "invariant";
   o.use_graphs = a.cuda_graphs == "on";
   o.cache_prealloc_ratio = a.cache_prealloc_ratio;
   return load_model_cuda(model_path, o);

@@ -15,7 +15,7 @@ namespace dsinfer::cli {
 
 struct DeviceArgs {
   std::string device = "cpu";            // cpu | cuda
-  std::string cuda_gemm = "invariant";   // invariant (fixed-order row kernel) | cublas
+  std::string cuda_gemm = "invariant";   // invariant (fixed-order, tensor cores) | rows (fixed-order row kernel) | cublas
   std::string cuda_graphs = "on";        // on | off
   double cache_prealloc_ratio = 0.9;     // share of free device memory a KV cache may take
 };

@@ -117,8 +117,9 @@ std::vector<float> decode_then_verify(Model& m, bool paged) {
 
 // The model at dir loaded twice: with options field `on` set, and with it cleared.
 std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> load_with_and_without(const std::string& dir,
-                                                                                bool CudaModelOptions::*on) {
-  CudaModelOptions with, without;
+                                                                                bool CudaModelOptions::*on,
+                                                                                CudaModelOptions base = {}) {
+  CudaModelOptions with = base, without = base;
   with.*on = true;
   without.*on = false;
   return {load_qwen3_cuda(dir, with), load_qwen3_cuda(dir, without)};
@@ -336,7 +337,10 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
   const int prefix = kDecodePrefix;
   for (const std::string& dir : decode_test_dirs()) {
     SCOPED_TRACE(dir);
-    auto [mp, ml] = load_with_and_without(dir, &CudaModelOptions::persistent_decode);
+    // The persistent kernel repeats the row kernel's arithmetic: both models on the row kernel.
+    CudaModelOptions rows;
+    rows.tensor_core_gemm = false;
+    auto [mp, ml] = load_with_and_without(dir, &CudaModelOptions::persistent_decode, rows);
     const int L = mp->config().num_hidden_layers;
     struct Run {
       std::vector<float> logits, captured;

@@ -18,15 +18,23 @@ namespace dsinfer {
 
 struct CudaModelOptions {
   int device = 0;
-  // true: every GEMM runs the fixed-order row kernel (cuda_gemm.h), so a row's result never
+  // true: every GEMM runs a fixed-order kernel (cuda_gemm.h), so a row's result never
   // depends on the batch (greedy speculation == plain greedy). false: cuBLAS with its own
   // heuristics (faster prefill; rows may change with the batch shape).
   bool batch_invariant = true;
+  // Which fixed-order GEMM (batch_invariant): true, the tensor-core kernel (cuda_gemm_mma.h:
+  // a verify block of 16 rows of the 4B shape costs 2.4 decode steps against 4.6, plain
+  // decoding at 128 requests +55 %; batch-1 decode of the 4B shape 5 % slower); false, the
+  // CUDA-core row kernel (--cuda-gemm rows). Process-wide: the GEMM shape is global
+  // (gemv_shape()), set when a model loads, so every model of a process should agree.
+  // DSINFER_CUDA_GEMV_MMA=0 / 1 over this field.
+  bool tensor_core_gemm = true;
   // Replay captured CUDA graphs for forward calls of up to 256 rows (bucketed shapes).
   bool use_graphs = true;
   // A forward of exactly one row (batch-1 decode) runs as one persistent kernel
   // (cuda_persistent_decode.h) with the bits of the layered kernels; batch-invariant mode
-  // only. Off by default: on the H200 it measured slower than the layered kernels so far
+  // only, with the row kernel (tensor_core_gemm false: it repeats the row kernel's arithmetic).
+  // Off by default: on the H200 it measured slower than the layered kernels so far
   // (docs/PERFORMANCE.md); DSINFER_CUDA_PERSISTENT=1 turns it on (=0 off) over this field.
   bool persistent_decode = false;
   // A forward of exactly one row runs the q/k step (RMSNorm + RoPE of q and k, K/V into the

@@ -41,6 +41,8 @@ constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to t
 
 using detail::argmax_key;
 using detail::add_squares;
+using detail::evict_first_policy;
+using detail::load_weight;
 using detail::silu_mul;
 using detail::stage8;
 using detail::unpack8;
@@ -51,26 +53,6 @@ constexpr int kEpiY = 0, kEpiSilu = 1;
 // pass the L2 with the evict-first policy.
 constexpr int kFlagInterleave = 1, kFlagEvictFirst = 2;
 constexpr int kFlatUnroll = 2;  // multi-row blocks: float4 loads per row in flight for the sum of squares
-
-// A weight load: read once per token, never reused within it, so with evict_first (policy
-// from createpolicy) its L2 lines are the first to go, and the L2 keeps what is reused
-// instead (the K/V rows attention reads, the activations each GEMM stages); else __ldg.
-__device__ __forceinline__ uint4 load_weight(const uint4* p, bool evict_first, unsigned long long policy) {
-  if (!evict_first) return __ldg(p);
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "l"(policy));
-  return v;
-}
-
-__device__ __forceinline__ unsigned long long evict_first_policy() {
-  unsigned long long policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-#endif
-  return policy;
-}
 
 // One batch of this warp's weight loads: chunks c0, c0 + 32, ... (kUnroll of them) of its
 // kOutPerWarp feature rows starting at n0 (rows past N clamp to N - 1; their sums are dropped).
@@ -477,7 +459,7 @@ void launch(const GemmInput& in, const bf16* W, int N, int K, float* Y, int64_t 
   // count of a matrix it supports, so that a row's bits never depend on the row count.
   const GemvShape shape = gemv_shape();
   if (shape.mma && gemm_mma_supported(in, W, K)) {
-    gemm_mma(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, stream);
+    gemm_mma(in, W, N, K, Y, ldy, M, accumulate, keys, silu_out, ld_silu, next, stream);
     return;
   }
   // The 16-byte paths: K a multiple of 8, and W, A's rows (and the norm weight) 16-byte aligned.
@@ -520,7 +502,6 @@ GemvShape& shape_setting() {
     g.interleave = read("DSINFER_CUDA_GEMV_INTERLEAVE", 0, 1, g.interleave ? 1 : 0) == 1;
     g.one_row_kernel = read("DSINFER_CUDA_GEMV_ONE_ROW", 0, 1, g.one_row_kernel ? 1 : 0) == 1;
     g.evict_first_weights = read("DSINFER_CUDA_GEMV_EVICT_FIRST", 0, 1, g.evict_first_weights ? 1 : 0) == 1;
-    g.mma = read("DSINFER_CUDA_GEMV_MMA", 0, 1, g.mma ? 1 : 0) == 1;
     g.one_row_max_bytes = static_cast<uint64_t>(read("DSINFER_CUDA_GEMV_ONE_ROW_MB", 0, 65536,
                                                      static_cast<int>(g.one_row_max_bytes >> 20))) << 20;
     return g;

@@ -117,8 +117,9 @@ struct GemvShape {
   // ms; for the 4B shape's 21-31 MB matrices it measured mixed (docs/PERFORMANCE.md,
   // session 19). No bit changes (tests check it).
   uint64_t one_row_max_bytes = uint64_t{8} << 20;
-  // Every GEMM on tensor cores (cuda_gemm_mma.h; DSINFER_CUDA_GEMV_MMA=1). EXPERIMENTAL, off:
-  // written in session 19 without device time to run it.
+  // Every GEMM on tensor cores (cuda_gemm_mma.h) instead of the row kernel. Off in a
+  // default-made shape (the row kernel's own tests); a model sets it when it loads
+  // (CudaModelOptions::tensor_core_gemm, default on; DSINFER_CUDA_GEMV_MMA over it).
   bool mma = false;
 };
 GemvShape gemv_shape();

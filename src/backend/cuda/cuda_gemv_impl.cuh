@@ -1,7 +1,8 @@
 // dsinfer CUDA backend: the per-element device code of the invariant GEMM row kernel
 // (cuda_gemm.cu) that the persistent decode kernel (cuda_persistent_decode.cu) must repeat
-// bit for bit: BF16 unpacking, the SwiGLU epilogue and the argmax key. One copy, so the two
-// paths cannot drift apart. Device code only; include from .cu files.
+// bit for bit: BF16 unpacking, the A staging transform, the SwiGLU epilogue and the argmax
+// key; the tensor-core GEMM (cuda_gemm_mma.cu) stages A and keys argmax with the same code.
+// One copy, so the paths cannot drift apart. Device code only; include from .cu files.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -28,6 +29,26 @@ __device__ __forceinline__ float add_squares(const float4& v, float ss) {
   ss = fmaf(v.y, v.y, ss);
   ss = fmaf(v.z, v.z, ss);
   return fmaf(v.w, v.w, ss);
+}
+
+// A weight load: read once per token, never reused within it, so with evict_first (policy
+// from createpolicy) its L2 lines are the first to go, and the L2 keeps what is reused
+// instead (the K/V rows attention reads, the activations each GEMM stages); else __ldg.
+__device__ __forceinline__ uint4 load_weight(const uint4* p, bool evict_first, unsigned long long policy) {
+  if (!evict_first) return __ldg(p);
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ unsigned long long evict_first_policy() {
+  unsigned long long policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  return policy;
 }
 
 // silu(g) * u, as kernels/cpu/silu_mul.cpp computes it.

@@ -391,10 +391,19 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const bool fold = env_switch("DSINFER_CUDA_FOLD_QK", opts.fold_qk_decode);
   fold_qk_ = fold && cfg.head_dim % 8 == 0;
 
-  // The persistent decode kernel: batch-invariant GEMMs (it computes their bits), no biases
-  // (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a shape that fits.
+  // The fixed-order GEMM for every launch from here on (process-wide, see CudaModelOptions).
+  GemvShape shape = gemv_shape();
+  shape.mma = env_switch("DSINFER_CUDA_GEMV_MMA", opts.tensor_core_gemm);
+  set_gemv_shape(shape);
+
+  // The persistent decode kernel: the row kernel's batch-invariant GEMMs (it computes their
+  // bits), no biases (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a
+  // shape that fits.
   const bool want = env_switch("DSINFER_CUDA_PERSISTENT", opts.persistent_decode);
-  persistent_ = want && opts.batch_invariant && !cfg.attention_bias;
+  persistent_ = want && opts.batch_invariant && !cfg.attention_bias && !shape.mma;
+  if (want && opts.batch_invariant && shape.mma)
+    std::fprintf(stderr, "dsinfer: persistent decode off: it computes the row kernel's bits (--cuda-gemm rows), "
+                         "not the tensor-core GEMM's\n");
   persistent_max_k_ = static_cast<int>(std::max({H, NQ, I}));
   if (persistent_) {
     const char* why = nullptr;
