@@ -48,7 +48,7 @@ constexpr int kMaxRows = 16;    // one m16 fragment of rows per block
 constexpr int kChunk = 64;      // k per chunk: 4 mma k-steps
 constexpr int kBatch = 4;       // chunks per load batch (256 weights per feature in flight per warp)
 constexpr int kStageUnroll = 4;  // one-row instance: float4 loads per thread in flight for the sum of squares
-constexpr int kStageItems = 2;  // one-row instance: 8-element items per thread in flight while staging
+constexpr int kStageItems = 2;  // 8-element items of A per thread in flight while staging
 constexpr int kPad = 8;         // BF16 of padding per staged row: rows g and g + 1 fall in other banks
 
 using detail::argmax_key;
@@ -80,8 +80,8 @@ __device__ __forceinline__ uint32_t pair(const uint4& lo, const uint4& hi, int p
   }
 }
 
-// kOne: the instance for one row (a decode step): the same arithmetic per row, its staging
-// loads issued kStageUnroll at a time instead of one round trip to the L2 per iteration.
+// kOne: the instance for one row (a decode step): the same arithmetic per row, its sum of
+// squares' loads issued kStageUnroll at a time, fewer registers (row g + 8 never exists).
 template <int kMode, int kEpi, bool kOne>
 __global__ void __launch_bounds__(kThreads)
     gemm_mma_kernel(GemmInput in, const bf16* __restrict__ W, int N, int K, float* __restrict__ Y, int64_t ldy, int M,
@@ -181,8 +181,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
   }
-  const int n8 = K / 8;
+  // Staging, kStageItems 16-byte items per thread in flight (loads first, then the stores):
+  // one round trip to the L2 per kStageItems * kThreads items. Elementwise: the same values
+  // whatever the batching.
+  const int n8 = K / 8, n_items = mr * n8;
   if constexpr (kOne && kMode != GemmInput::Bf16) {
+    // One row: its addresses and scale hoisted out of the loop (96 registers, not 108).
     const int src = (kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0] : m0;
     const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
     const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
@@ -206,20 +210,36 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   } else
-  for (int item = threadIdx.x; item < mr * n8; item += kThreads) {
-    const int r = item / n8, c = item % n8;
-    const int src = (kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0 + r] : m0 + r;
-    uint4 out;
-    if constexpr (kMode == GemmInput::Bf16) {
-      out = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx)[c];
-    } else {
-      const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
-      const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
-      const float4 x[2] = {x4[2 * c], x4[2 * c + 1]};
-      const float4 y[2] = {__ldg(y4 + 2 * c), __ldg(y4 + 2 * c + 1)};
-      out = stage8<kMode == GemmInput::RmsNorm>(x, y, kMode == GemmInput::RmsNorm ? inv_s[r] : 1.0f);
+  for (int i0 = threadIdx.x; i0 < n_items; i0 += kThreads * kStageItems) {
+    float4 x[kStageItems][2], y[kStageItems][2];
+    uint4 raw[kStageItems];
+#pragma unroll
+    for (int u = 0; u < kStageItems; ++u) {
+      const int item = i0 + u * kThreads;
+      if (item >= n_items) break;
+      const int r = kOne ? 0 : item / n8, c = kOne ? item : item % n8;
+      const int src = (kMode == GemmInput::RmsNorm && in.row_index) ? in.row_index[m0 + r] : m0 + r;
+      if constexpr (kMode == GemmInput::Bf16) {
+        raw[u] = reinterpret_cast<const uint4*>(static_cast<const bf16*>(in.x) + static_cast<int64_t>(src) * in.ldx)[c];
+      } else {
+        const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
+        const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
+        x[u][0] = x4[2 * c];
+        x[u][1] = x4[2 * c + 1];
+        y[u][0] = __ldg(y4 + 2 * c);
+        y[u][1] = __ldg(y4 + 2 * c + 1);
+      }
     }
-    reinterpret_cast<uint4*>(As + static_cast<int64_t>(r) * lda)[c] = out;
+#pragma unroll
+    for (int u = 0; u < kStageItems; ++u) {
+      const int item = i0 + u * kThreads;
+      if (item >= n_items) break;
+      const int r = kOne ? 0 : item / n8, c = kOne ? item : item % n8;
+      uint4 out;
+      if constexpr (kMode == GemmInput::Bf16) out = raw[u];
+      else out = stage8<kMode == GemmInput::RmsNorm>(x[u], y[u], kMode == GemmInput::RmsNorm ? inv_s[r] : 1.0f);
+      reinterpret_cast<uint4*>(As + static_cast<int64_t>(r) * lda)[c] = out;
+    }
   }
   __syncthreads();
 
