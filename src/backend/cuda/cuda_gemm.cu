@@ -40,6 +40,7 @@ constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while sta
 constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to this many rows
 
 using detail::argmax_key;
+using detail::load8_pair;
 using detail::add_squares;
 using detail::evict_first_policy;
 using detail::load_weight;
@@ -259,12 +260,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {
             const int c = c0 + u * nthreads;
-            if (c < n8) {
-              a[u][0] = x4[2 * c];
-              a[u][1] = x4[2 * c + 1];
-              b[u][0] = __ldg(y4 + 2 * c);
-              b[u][1] = __ldg(y4 + 2 * c + 1);
-            }
+            if (c < n8) load8_pair(x4, y4, c, a[u], b[u]);
           }
 #pragma unroll
           for (int u = 0; u < kStageUnroll; ++u) {

@@ -52,6 +52,7 @@ constexpr int kStageItems = 2;  // 8-element items of A per thread in flight whi
 constexpr int kPad = 8;         // BF16 of padding per staged row: rows g and g + 1 fall in other banks
 
 using detail::argmax_key;
+using detail::load8_pair;
 using detail::add_squares;
 using detail::silu_mul;
 using detail::stage8;
@@ -196,12 +197,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kStageItems; ++u) {
         const int c = c0 + u * kThreads;
-        if (c < n8) {
-          x[u][0] = x4[2 * c];
-          x[u][1] = x4[2 * c + 1];
-          y[u][0] = __ldg(y4 + 2 * c);
-          y[u][1] = __ldg(y4 + 2 * c + 1);
-        }
+        if (c < n8) load8_pair(x4, y4, c, x[u], y[u]);
       }
 #pragma unroll
       for (int u = 0; u < kStageItems; ++u) {
@@ -224,10 +220,7 @@ __global__ void __launch_bounds__(kThreads)
       } else {
         const float4* x4 = reinterpret_cast<const float4*>(static_cast<const float*>(in.x) + static_cast<int64_t>(src) * in.ldx);
         const float4* y4 = kMode == GemmInput::RmsNorm ? reinterpret_cast<const float4*>(in.norm_w) : x4 + K / 4;
-        x[u][0] = x4[2 * c];
-        x[u][1] = x4[2 * c + 1];
-        y[u][0] = __ldg(y4 + 2 * c);
-        y[u][1] = __ldg(y4 + 2 * c + 1);
+        load8_pair(x4, y4, c, x[u], y[u]);
       }
     }
 #pragma unroll

@@ -78,6 +78,15 @@ __device__ __forceinline__ uint4 stage8(const float4 (&x)[2], const float4 (&y)[
   return *reinterpret_cast<const uint4*>(o);
 }
 
+// stage8's inputs for the 16-byte item c of a row (elements 8c..8c+7): x from the row, y
+// from its partner (the norm weight, or the up half), read through the read-only path.
+__device__ __forceinline__ void load8_pair(const float4* x4, const float4* y4, int c, float4 (&x)[2], float4 (&y)[2]) {
+  x[0] = x4[2 * c];
+  x[1] = x4[2 * c + 1];
+  y[0] = __ldg(y4 + 2 * c);
+  y[1] = __ldg(y4 + 2 * c + 1);
+}
+
 // Orderable 64-bit key of (logit, feature): larger logit first, then the LOWER feature index
 // (torch.argmax's tie rule); atomicMax over keys is order-independent, hence deterministic.
 __device__ __forceinline__ unsigned long long argmax_key(float v, int n) {
