@@ -1101,8 +1101,14 @@ bool LLMEngine::step() {
         q.last_len += kGainSmoothing * (static_cast<double>(n) - q.last_len);
       }
       ++q.gain_steps;
-      // The population's running mean (the estimate of requests not measured yet).
-      const double w = pop_measured_ == 0 ? 1.0 : 0.05;
+      // The population's estimate of requests not measured yet: the plain mean of the first
+      // kPopWindow measurements, then an exponential mean over about that many. (The first
+      // measurement used to seed it with weight 1 and every later one move it by 5 %: one
+      // low first block, a line start, then kept the whole batch from drafting. On the
+      // H200 at concurrency 16 dspark ran either with ~10 of 16 requests drafting, 1.23-1.30x
+      // plain, or with none, 0.97-1.02x, from run to run; docs/PERFORMANCE.md, session 20.)
+      constexpr double kPopWindow = 20.0;
+      const double w = 1.0 / std::min(static_cast<double>(pop_measured_) + 1.0, kPopWindow);
       pop_gain_ += w * (g - pop_gain_);
       pop_len_ += w * (static_cast<double>(n) - pop_len_);
       ++pop_measured_;
