@@ -82,29 +82,36 @@ TEST(CudaCli, CheckEnvReportsTheCudaBackend) {
 
 // Target on the GPU (batch-invariant GEMM, CUDA graphs), drafter on the CPU: greedy
 // speculation gives exactly the plain greedy ids, for every shipped drafter present (a
-// device call may carry only some of them; none present: skipped).
+// device call may carry only some of them; none present: skipped), with either fixed-order
+// GEMM (--cuda-gemm invariant: tensor cores; rows: the row kernel; each has its own
+// rounding, so each is compared with its own plain run).
 TEST(CudaCli, GreedySpeculationEqualsPlainGreedyOnGpu) {
   if (!gpu_present()) GTEST_SKIP() << "no GPU (or built without DSINFER_CUDA)";
   const std::string root = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/";
-  const std::vector<std::string> base = {"generate", "--model-path", root + "target", "--device", "cuda", "--prompt",
-                                         "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-                                         "--max-tokens", "64", "--ignore-eos", "--json"};
-  const auto plain = run_dsinfer(base);
-  ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const auto want = nlohmann::json::parse(plain.out).at("ids");
-  ASSERT_EQ(want.size(), 64u);
   int ran = 0;
-  for (const char* d : {"dflash-zlab", "dspark", "dflash"}) {
-    if (!std::ifstream(root + d + "/config.json")) continue;
-    std::vector<std::string> args = base;
-    args.insert(args.end(), {"--draft-model-path", root + d});
-    const auto r = run_dsinfer(args);
-    ASSERT_EQ(r.exit_code, 0) << d << ": " << r.err;
-    const auto j = nlohmann::json::parse(r.out);
-    EXPECT_EQ(j.at("ids"), want) << d;
-    EXPECT_GT(j.at("spec").at("rounds").get<int>(), 0) << d;
-    std::cout << "[cuda spec] " << d << ": tau " << j.at("spec").at("tau").get<double>() << ", ids equal to plain greedy\n";
-    ++ran;
+  for (const char* gemm : {"invariant", "rows"}) {
+    SCOPED_TRACE(gemm);
+    const std::vector<std::string> base = {"generate", "--model-path", root + "target", "--device", "cuda",
+                                           "--cuda-gemm", gemm, "--prompt",
+                                           "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+                                           "--max-tokens", "64", "--ignore-eos", "--json"};
+    const auto plain = run_dsinfer(base);
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    const auto want = nlohmann::json::parse(plain.out).at("ids");
+    ASSERT_EQ(want.size(), 64u);
+    for (const char* d : {"dflash-zlab", "dspark", "dflash"}) {
+      if (!std::ifstream(root + d + "/config.json")) continue;
+      std::vector<std::string> args = base;
+      args.insert(args.end(), {"--draft-model-path", root + d});
+      const auto r = run_dsinfer(args);
+      ASSERT_EQ(r.exit_code, 0) << d << ": " << r.err;
+      const auto j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j.at("ids"), want) << d;
+      EXPECT_GT(j.at("spec").at("rounds").get<int>(), 0) << d;
+      std::cout << "[cuda spec] " << gemm << ", " << d << ": tau " << j.at("spec").at("tau").get<double>()
+                << ", ids equal to plain greedy\n";
+      ++ran;
+    }
   }
   if (ran == 0) GTEST_SKIP() << "no drafter under " << root;
 }
