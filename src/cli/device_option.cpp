@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/env.h"
 #include "core/error.h"
 #ifdef DSINFER_HAS_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -63,7 +64,12 @@ void check_device_available(const DeviceArgs& a) {
 std::string device_summary(const DeviceArgs& a) {
   if (!device_is_cuda(a)) return "cpu";
 #ifdef DSINFER_HAS_CUDA
-  return "cuda: " + cuda_device_description() + ", gemm " + a.cuda_gemm + ", graphs " + a.cuda_graphs + ", pdl " +
+  // The fixed-order GEMM that will run (DSINFER_CUDA_GEMV_MMA over --cuda-gemm, as the model
+  // decides at load): part of the SPS(B) cache key (generate's machine string), so a table
+  // profiled with one kernel is never reused with the other.
+  std::string gemm = a.cuda_gemm;
+  if (gemm != "cublas") gemm = env_switch("DSINFER_CUDA_GEMV_MMA", gemm == "invariant") ? "invariant (tensor cores)" : "rows";
+  return "cuda: " + cuda_device_description() + ", gemm " + gemm + ", graphs " + a.cuda_graphs + ", pdl " +
          cuda_pdl_summary();
 #else
   return "cuda (unavailable)";

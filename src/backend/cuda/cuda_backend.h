@@ -23,8 +23,9 @@ struct CudaModelOptions {
   // heuristics (faster prefill; rows may change with the batch shape).
   bool batch_invariant = true;
   // Which fixed-order GEMM (batch_invariant): true, the tensor-core kernel (cuda_gemm_mma.h:
-  // a verify block of 16 rows of the 4B shape costs 2.4 decode steps against 4.6, plain
-  // decoding at 128 requests +55 %; batch-1 decode of the 4B shape 5 % slower); false, the
+  // a verify block of 16 rows of the 4B shape costs about 2.7 decode steps against 4.6,
+  // plain decoding of the embedded target at 128 requests +55-70 %; batch-1 decode of the 4B
+  // shape 5 % slower; docs/PERFORMANCE.md, session 20); false, the
   // CUDA-core row kernel (--cuda-gemm rows). Process-wide: the GEMM shape is global
   // (gemv_shape()), set when a model loads, so every model of a process should agree.
   // DSINFER_CUDA_GEMV_MMA=0 / 1 over this field.
