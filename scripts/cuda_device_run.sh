@@ -8,7 +8,8 @@
 # or packed as build-cuda/devpack/dev.tar.xz (tar -cJf, to fit the call's 64 MiB tree).
 # Logs and JSON go to $OUT. STEPS (default "env tests bench hf"; also "profile": per-stage
 # decode times with DSINFER_CUDA_PROFILE=1) picks what runs; BENCH_VARIANTS lists
-# gemm:graphs[:pdl[:VAR=VALUE]] (default "invariant:on cublas:on invariant:off"; pdl is the
+# gemm:graphs[:pdl[:VAR=VALUE]] (gemm: invariant (tensor cores), rows (the row kernel) or cublas;
+# default "invariant:on cublas:on invariant:off"; pdl is the
 # DSINFER_CUDA_PDL value, default 1 as in the engine, 0 turns programmatic dependent launch off; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
 # DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT; "ncuab": kernel durations per
