@@ -829,13 +829,14 @@ bool LLMEngine::step() {
   };
   drop_finished(waiting_);
   drop_finished(running_);
-  admit();
-  make_room_for_decoding();
-  if (phases_) phases_->lap(0);
   if (running_.empty()) {
-    if (async_sched_) async_sched_->reset();  // a new batch starts without budget history
-    // Nor with the drafting choice's population estimate: a request alone decides from its
-    // own history only, so a seeded sampled request alone is reproducible.
+    // Nothing runs on: a new batch starts without budget history, nor with the drafting
+    // choice's population estimate, so a request alone decides from its own history only
+    // and a seeded sampled request alone is reproducible. Reset here, before admission,
+    // and not only on an idle step: a request that arrives while the previous one is
+    // finishing is admitted in the very step that drops it, with no idle step between
+    // (the server's seeded-sampling test failed on a fast machine that way).
+    if (async_sched_) async_sched_->reset();
     pop_gain_ = pop_len_ = 0.0;
     pop_measured_ = 0;
     lookup_stats_ = LookupStats{};
@@ -843,6 +844,11 @@ bool LLMEngine::step() {
     choice_clock_ = last_probe_ = 0;
     probe_backoff_ = 1;
     chosen_since_probe_ = false;
+  }
+  admit();
+  make_room_for_decoding();
+  if (phases_) phases_->lap(0);
+  if (running_.empty()) {
     defrag_if_idle();
     std::lock_guard<std::mutex> lock(mu_);
     stats_.running = 0;

@@ -500,6 +500,42 @@ TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
   EXPECT_EQ(a, b);
 }
 
+TEST(LLMEngine, SeededSampledRequestIsReproducibleWhenItArrivesAsThePreviousOneFinishes) {
+  // As above, but each request is submitted from the previous one's final event, the way a
+  // client sends its next request the moment the last answer arrives: the engine never
+  // has an idle step between them, and the population estimate must still start afresh.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  Fixture& f = fixture();
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  EngineOptions o = dspark_options(4, 512);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 2.0;
+  o.lookup_assist = true;  // as the server runs: its per-bucket survival is population state too
+  LLMEngine engine(*f.model, o);
+  const uint64_t seeds[] = {7, 8, 9, 7};
+  const size_t prompts[] = {3, 1, 2, 3};
+  std::vector<std::vector<int32_t>> out(4);
+  std::function<void(int)> submit = [&](int i) {
+    EngineRequest req;
+    req.prompt = f.cases[prompts[i]].prompt;
+    req.stop.max_tokens = 48;
+    req.sampling.temperature = 0.8f;
+    req.sampling.seed = seeds[i];
+    req.on_event = [&, i](const RequestEvent& ev) {
+      out[i].insert(out[i].end(), ev.new_ids.begin(), ev.new_ids.end());
+      if (ev.finished && i + 1 < 4) submit(i + 1);
+    };
+    engine.submit(std::move(req));
+  };
+  submit(0);
+  engine.run_until_idle();
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.requests_finished, 4u);
+  EXPECT_EQ(out[0].size(), 48u);
+  EXPECT_EQ(out[0], out[3]);
+}
+
 // The lookup assist (EngineOptions::lookup_assist): requests verify suffix-lookup drafts
 // instead of (or when left out of) a drafter pass. Under every verify policy, with drafting
 // chosen per step, and through preemptions (the request's lookup history restarts from the
