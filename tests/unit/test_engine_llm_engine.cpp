@@ -469,33 +469,43 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
 }
 
-TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
-  // The drafting choice keeps a population estimate across requests; it is reset when the
-  // engine goes idle, so the same seeded sampled request run alone twice gives the same
-  // text (the drafts it gets, and so its random stream, depend only on its own history).
-  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  Fixture& f = fixture();
-  const SpsTable sps = linear_sps(2.0, 0.3);
+// The drafting choice keeps a population estimate across requests (gain, drafter yield, the
+// lookup's survival table); it starts afresh whenever nothing runs on, so the same seeded
+// sampled request run alone twice gives the same text (the drafts it gets, and so its
+// random stream, depend only on its own history). The lookup assist is on, as the server
+// runs it.
+EngineOptions reproducibility_options(const SpsTable& sps) {
   EngineOptions o = dspark_options(4, 512);
   o.policy = VerifyPolicy::DSpark;
   o.sps = &sps;
   o.draft_ms_per_request = 2.0;
-  LLMEngine engine(*f.model, o);
-  auto run_once = [&](uint64_t seed) {
+  o.lookup_assist = true;
+  return o;
+}
+
+EngineRequest seeded_request(size_t prompt, uint64_t seed, std::vector<int32_t>* out) {
+  EngineRequest req;
+  req.prompt = fixture().cases[prompt].prompt;
+  req.stop.max_tokens = 48;
+  req.sampling.temperature = 0.8f;
+  req.sampling.seed = seed;
+  req.on_event = [out](const RequestEvent& ev) { out->insert(out->end(), ev.new_ids.begin(), ev.new_ids.end()); };
+  return req;
+}
+
+TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  const SpsTable sps = linear_sps(2.0, 0.3);
+  LLMEngine engine(*fixture().model, reproducibility_options(sps));
+  auto run_once = [&](size_t prompt, uint64_t seed) {
     std::vector<int32_t> ids;
-    EngineRequest req;
-    req.prompt = f.cases[3].prompt;
-    req.stop.max_tokens = 48;
-    req.sampling.temperature = 0.8f;
-    req.sampling.seed = seed;
-    req.on_event = [&](const RequestEvent& ev) { ids.insert(ids.end(), ev.new_ids.begin(), ev.new_ids.end()); };
-    engine.submit(std::move(req));
+    engine.submit(seeded_request(prompt, seed, &ids));
     engine.run_until_idle();
     return ids;
   };
-  const std::vector<int32_t> a = run_once(7);
-  const std::vector<int32_t> other = run_once(8);  // a different history in between
-  const std::vector<int32_t> b = run_once(7);
+  const std::vector<int32_t> a = run_once(3, 7);
+  run_once(1, 8);  // a different history in between
+  const std::vector<int32_t> b = run_once(3, 7);
   EXPECT_EQ(a.size(), 48u);
   EXPECT_EQ(a, b);
 }
@@ -503,35 +513,25 @@ TEST(LLMEngine, SeededSampledRequestAloneIsReproducibleUnderTheDraftingChoice) {
 TEST(LLMEngine, SeededSampledRequestIsReproducibleWhenItArrivesAsThePreviousOneFinishes) {
   // As above, but each request is submitted from the previous one's final event, the way a
   // client sends its next request the moment the last answer arrives: the engine never
-  // has an idle step between them, and the population estimate must still start afresh.
+  // has an idle step between them (the server's seeded-sampling test once failed so).
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  Fixture& f = fixture();
   const SpsTable sps = linear_sps(2.0, 0.3);
-  EngineOptions o = dspark_options(4, 512);
-  o.policy = VerifyPolicy::DSpark;
-  o.sps = &sps;
-  o.draft_ms_per_request = 2.0;
-  o.lookup_assist = true;  // as the server runs: its per-bucket survival is population state too
-  LLMEngine engine(*f.model, o);
+  LLMEngine engine(*fixture().model, reproducibility_options(sps));
   const uint64_t seeds[] = {7, 8, 9, 7};
   const size_t prompts[] = {3, 1, 2, 3};
   std::vector<std::vector<int32_t>> out(4);
   std::function<void(int)> submit = [&](int i) {
-    EngineRequest req;
-    req.prompt = f.cases[prompts[i]].prompt;
-    req.stop.max_tokens = 48;
-    req.sampling.temperature = 0.8f;
-    req.sampling.seed = seeds[i];
-    req.on_event = [&, i](const RequestEvent& ev) {
-      out[i].insert(out[i].end(), ev.new_ids.begin(), ev.new_ids.end());
+    EngineRequest req = seeded_request(prompts[i], seeds[i], &out[i]);
+    auto collect = std::move(req.on_event);
+    req.on_event = [&, i, collect](const RequestEvent& ev) {
+      collect(ev);
       if (ev.finished && i + 1 < 4) submit(i + 1);
     };
     engine.submit(std::move(req));
   };
   submit(0);
   engine.run_until_idle();
-  const EngineStats st = engine.stats();
-  EXPECT_EQ(st.requests_finished, 4u);
+  EXPECT_EQ(engine.stats().requests_finished, 4u);
   EXPECT_EQ(out[0].size(), 48u);
   EXPECT_EQ(out[0], out[3]);
 }
