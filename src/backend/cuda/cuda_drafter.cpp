@@ -170,6 +170,19 @@ class CudaDeepSpecDrafter final : public Drafter {
   // synchronisation), summed per (call, rows bucket) and printed to stderr at destruction.
   bool profile_ = false;
   bool commit_sync_ = false;             // DSINFER_CUDA_DRAFTER_COMMIT_SYNC=1
+  // DSINFER_CUDA_DRAFTER_TIMES=1 (a diagnostic; graphs stay on): per propose pass, by item
+  // count rounded up to a power of two, the host time of the commit call before it, the
+  // propose call's host preparation, launch and wait, and GPU times between events (the
+  // commit's kernels, the idle gap until the propose pass starts, the propose pass).
+  struct PassTimes {
+    int64_t n = 0, commits = 0;
+    double commit_host_us = 0, commit_gpu_us = 0, gap_us = 0, prep_us = 0, launch_us = 0, wait_us = 0, gpu_us = 0;
+  };
+  bool times_ = false;
+  cudaEvent_t tev_[4] = {};
+  mutable bool commit_timed_ = false;
+  mutable double commit_host_us_ = 0;
+  mutable std::map<int, PassTimes> times_by_items_;
   bool device_features_ = true;          // DSINFER_CUDA_DEVICE_FEATURES=0 turns it off
   // CUDA graphs of the greedy device-head propose pass, per (items, drafted positions): the
   // second pass of a shape is captured, later ones replay it (one launch instead of ~35).
@@ -247,6 +260,9 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
   V_ = target.config().vocab_size;
   eps_ = static_cast<float>(b.rms_norm_eps);
   if (const char* p = std::getenv("DSINFER_CUDA_DRAFTER_PROFILE")) profile_ = std::string(p) == "1";
+  times_ = env_switch("DSINFER_CUDA_DRAFTER_TIMES", false);
+  if (times_)
+    for (cudaEvent_t& e : tev_) DSINFER_CUDA_CHECK(cudaEventCreate(&e));
   commit_sync_ = env_switch("DSINFER_CUDA_DRAFTER_COMMIT_SYNC", false);
   use_graphs_ = ct.graphs_enabled() && env_switch("DSINFER_CUDA_DRAFTER_GRAPHS", true);
   device_features_ = env_switch("DSINFER_CUDA_DEVICE_FEATURES", true);
@@ -355,6 +371,17 @@ CudaDeepSpecDrafter::~CudaDeepSpecDrafter() {
   if (stream_ && stream_->s) cudaStreamSynchronize(stream_->s);
   drop_graphs();
   if (staged_) cudaEventDestroy(staged_);
+  for (cudaEvent_t e : tev_)
+    if (e) cudaEventDestroy(e);
+  if (!times_by_items_.empty()) {
+    std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_TIMES (us per propose pass; commit: the commit call before it, host | GPU; gap: GPU idle from the commit's end to the pass's start):\n");
+    for (const auto& [b, t] : times_by_items_) {
+      const double f = 1.0 / static_cast<double>(t.n), fc = t.commits ? 1.0 / static_cast<double>(t.commits) : 0.0;
+      std::fprintf(stderr, "  items <= %4d: %7lld passes (%lld after a commit)  commit host %6.1f gpu %6.1f  gap %6.1f  propose prep %6.1f launch %6.1f wait %7.1f gpu %7.1f\n",
+                   b, static_cast<long long>(t.n), static_cast<long long>(t.commits), t.commit_host_us * fc,
+                   t.commit_gpu_us * fc, t.gap_us * fc, t.prep_us * f, t.launch_us * f, t.wait_us * f, t.gpu_us * f);
+    }
+  }
   if (!prof_.empty()) {
     std::fprintf(stderr, "DSINFER_CUDA_DRAFTER_PROFILE (wall ms per pass, by batch size rounded up to a power of two; (grew): passes that grew a workspace):\n");
     for (const auto& [k, v] : prof_)
@@ -473,6 +500,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   const int64_t H = H_, F = int64_t{m_} * H, NK = int64_t{NKV_} * D_, W = int64_t{L_} * 2 * NK;
   const int n = static_cast<int>(C);
   wait_staging();
+  if (times_) DSINFER_CUDA_CHECK(cudaEventRecord(tev_[0], st));
   float* fh = pool ? nullptr : feat_h_.need(C * F);
   int32_t* mh = meta_h_.need(4 * C);  // pos | cap | store row | feature row in the pool
   unsigned long long* bh = bases_h_.need(C);
@@ -528,6 +556,11 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
     CudaDraftSeq& s = as_seq(*it.seq);
     s.length += it.count;
     apply_window(s);
+  }
+  if (times_) {
+    DSINFER_CUDA_CHECK(cudaEventRecord(tev_[1], st));
+    commit_timed_ = true;
+    commit_host_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
   if (commit_sync_ || profile_) DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
   record("commit", static_cast<int>(items.size()), t0, growths0);
@@ -668,6 +701,8 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     if (conf_) DSINFER_CUDA_CHECK(cudaMemcpyAsync(zh, z, NL * sizeof(float), cudaMemcpyDeviceToHost, st));
   };
   std::vector<DraftProposal> props(items.size());
+  const auto t_prep = std::chrono::steady_clock::now();
+  if (times_) DSINFER_CUDA_CHECK(cudaEventRecord(tev_[2], st));
   if (graph) {
     const std::pair<int, int> key{R, max_n};
     auto it = graphs_.find(key);
@@ -692,6 +727,31 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     enqueue_front();
     if (!device_heads || !greedy) host_heads(items, ns, R, max_n, props);  // before the Markov GEMMs add into logits
     if (device_heads) enqueue_heads();
+  }
+  if (times_) {
+    DSINFER_CUDA_CHECK(cudaEventRecord(tev_[3], st));
+    const auto t_launch = std::chrono::steady_clock::now();
+    DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));
+    auto us = [](auto a, auto b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    int b = 1;
+    while (b < R) b <<= 1;
+    PassTimes& t = times_by_items_[b];
+    ++t.n;
+    t.prep_us += us(t0, t_prep);
+    t.launch_us += us(t_prep, t_launch);
+    t.wait_us += us(t_launch, std::chrono::steady_clock::now());
+    float ms = 0;
+    DSINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, tev_[2], tev_[3]));
+    t.gpu_us += 1e3 * ms;
+    if (commit_timed_) {
+      ++t.commits;
+      t.commit_host_us += commit_host_us_;
+      DSINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, tev_[0], tev_[1]));
+      t.commit_gpu_us += 1e3 * ms;
+      DSINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, tev_[1], tev_[2]));
+      t.gap_us += 1e3 * ms;
+      commit_timed_ = false;
+    }
   }
   if (device_heads) {
     DSINFER_CUDA_CHECK(cudaStreamSynchronize(st));

@@ -37,6 +37,8 @@ class DeviceKVStorage {
   // Host state the kernels read (the paged block tables) to the device, on `stream`,
   // before the forward's kernels are enqueued.
   virtual void upload(cudaStream_t stream) { (void)stream; }
+  // Bytes the next upload() will copy (a diagnostic: DSINFER_CUDA_FORWARD_TIMES).
+  virtual uint64_t pending_table_bytes() const { return 0; }
 };
 
 class CudaKVCache final : public KVCache, public DeviceKVStorage {

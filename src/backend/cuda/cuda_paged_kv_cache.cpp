@@ -59,6 +59,8 @@ CudaPagedKVCache::CudaPagedKVCache(int n_layers, int n_kv_heads, int head_dim, i
     throw_cuda(e, "cudaMalloc(paged KV block tables)", __FILE__, __LINE__);
   }
   std::memset(table_host_, 0, table_bytes);
+  dirty_lo_ = 0;
+  dirty_hi_ = max_slots - 1;
 }
 
 CudaPagedKVCache::~CudaPagedKVCache() {
@@ -74,7 +76,8 @@ void CudaPagedKVCache::on_bind(int slot, std::span<const int32_t> blocks) {
   int32_t* row = table_host_ + static_cast<int64_t>(slot) * table_stride_;
   const size_t n = std::min<size_t>(blocks.size(), static_cast<size_t>(table_stride_));
   if (n) std::memcpy(row, blocks.data(), n * sizeof(int32_t));
-  tables_dirty_ = true;
+  dirty_lo_ = dirty_lo_ > dirty_hi_ ? slot : std::min(dirty_lo_, slot);
+  dirty_hi_ = std::max(dirty_hi_, slot);
 }
 
 void CudaPagedKVCache::copy_block(int32_t src, int32_t dst, int n_tokens) {
@@ -101,11 +104,18 @@ void CudaPagedKVCache::copy_block(int32_t src, int32_t dst, int n_tokens) {
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
+uint64_t CudaPagedKVCache::pending_table_bytes() const {
+  if (dirty_lo_ > dirty_hi_) return 0;
+  return static_cast<uint64_t>(dirty_hi_ - dirty_lo_ + 1) * table_stride_ * sizeof(int32_t);
+}
+
 void CudaPagedKVCache::upload(cudaStream_t stream) {
-  if (!tables_dirty_) return;
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(table_dev_, table_host_, static_cast<size_t>(max_slots()) * table_stride_ * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice, stream));
-  tables_dirty_ = false;
+  if (dirty_lo_ > dirty_hi_) return;
+  const int64_t off = static_cast<int64_t>(dirty_lo_) * table_stride_;
+  DSINFER_CUDA_CHECK(cudaMemcpyAsync(table_dev_ + off, table_host_ + off, pending_table_bytes(), cudaMemcpyHostToDevice,
+                                     stream));
+  dirty_lo_ = 0;
+  dirty_hi_ = -1;
 }
 
 KVLayerView CudaPagedKVCache::layer(int l) const {

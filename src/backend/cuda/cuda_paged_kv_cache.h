@@ -6,8 +6,10 @@
 // engine's BlockPool hands out block ids; bind() records a slot's table and length on the
 // host and in a pinned mirror [max_slots][table_stride] of int32 ids (table_stride =
 // ceil(max_tokens / block_size)); before each forward the model calls upload(), one
-// host-to-device copy of the mirror into a device table at a fixed address (so captured CUDA
-// graphs replay against the current tables). The kernels address position p of slot s as
+// host-to-device copy of the mirror's rows bound since the last upload (the range from the
+// lowest to the highest such slot: at batch 1 one row of a few hundred bytes, not the whole
+// mirror, which is a quarter of a megabyte for 256 slots of 4096 tokens) into a device table
+// at a fixed address (so captured CUDA graphs replay against the current tables). The kernels address position p of slot s as
 // block table[s][p / block_size], row p % block_size (KVLayerView, cuda_kernels.h): the K/V
 // store writes the new rows there and attention reads keys [0, pos] through it, for decode
 // rows and causal verify blocks alike. copy_block (copy-on-write, compaction moves) copies
@@ -49,6 +51,7 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   int slot_capacity(int slot) const override { return capacity(slot); }
   void set_length(int slot, int len) override { BlockKVCache::set_length(slot, len); }
   void upload(cudaStream_t stream) override;
+  uint64_t pending_table_bytes() const override;
 
   // Device bytes of one block (K and V, all layers; feature rows).
   static uint64_t bytes_per_block(int n_layers, int n_kv_heads, int head_dim, int block_size, int feature_floats) {
@@ -73,7 +76,9 @@ class CudaPagedKVCache final : public BlockKVCache, public DeviceKVStorage {
   bf16* feat_ = nullptr;
   int32_t* table_dev_ = nullptr;
   int32_t* table_host_ = nullptr;  // pinned mirror
-  bool tables_dirty_ = true;
+  // Slots bound since the last upload: [dirty_lo_, dirty_hi_] (empty when lo > hi); all of
+  // them at first, so the zeroed mirror reaches the device once.
+  int dirty_lo_ = 0, dirty_hi_ = -1;
 };
 
 }  // namespace dsinfer::cuda

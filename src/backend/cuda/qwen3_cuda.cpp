@@ -20,9 +20,10 @@
 // bits (options.persistent_decode, DSINFER_CUDA_PERSISTENT=0 turns it off); its op list
 // (per cache and captured layers) is built once and lives next to the graphs.
 //
-// CUDA graphs: a call with at most 256 rows is padded to a power-of-two row count (padding
-// rows have slot -1: they touch no cache and no real row) and a power-of-two logit-row
-// count; the second call of a (cache, rows, logit rows, captured layers) shape captures the
+// CUDA graphs: a call with at most 256 rows is padded to a bucketed row count (padding
+// rows have slot -1: they touch no cache and no real row) and a bucketed logit-row count
+// (graph_bucket: exact up to 8, then multiples of 4, 8 and 32; DSINFER_CUDA_GRAPH_BUCKETS=pow2
+// pads to powers of two as before); the second call of a (cache, rows, logit rows, captured layers) shape captures the
 // whole enqueue (layer captures into a device buffer included) into a graph and later calls
 // replay it, so steady-state decode and verify steps cost one launch instead of ~10 per
 // layer, with a drafter's layer capture too. Graphs bake in device addresses: growing the
@@ -34,6 +35,7 @@
 // a row in an order fixed by the row alone (cuda_gemm.h, cuda_attention.h), and padding
 // rows are independent rows, so graph replay and eager runs give the same bits.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +82,19 @@ int pow2_at_least(int n) {
   int p = 1;
   while (p < n) p <<= 1;
   return p;
+}
+
+// Rows a graph shape is padded to. Padding rows cost what real rows do, and a small model's
+// verify forward grows with its rows (the embedded target: 8 rows 0.29 ms, 16 0.35, 32 0.41 on
+// the H200), so a batch of 21 verify rows padded to 32 paid for 11 rows of nothing. Exact up to
+// 8, then multiples of 4 up to 32, of 8 up to 64, of 32 beyond: at most 24 shapes per
+// (logit rows, captures), each captured once.
+int graph_bucket(int n, bool pow2) {
+  if (pow2) return pow2_at_least(n);
+  if (n <= 8) return n;
+  if (n <= 32) return (n + 3) / 4 * 4;
+  if (n <= 64) return (n + 7) / 8 * 8;
+  return (n + 31) / 32 * 32;
 }
 
 constexpr int kMaxGraphRows = 256;
@@ -197,6 +212,18 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   void collect_marks(int rows);
   void print_profile() const;
   bool profile_ = false, capturing_ = false;
+  // DSINFER_CUDA_FORWARD_TIMES=1 (a diagnostic): where a forward call's wall time goes, per
+  // (rows, logit rows, captured layers, graph) shape: host preparation (validation, the row
+  // metadata, its upload and the block tables'), the launch call, the wait for the stream,
+  // what follows, and the GPU's time between events around the launch. Printed on destruction.
+  struct ForwardTimes {
+    int64_t n = 0;
+    double prep_us = 0, launch_us = 0, wait_us = 0, post_us = 0, gpu_us = 0, table_kb = 0;
+  };
+  bool forward_times_ = false;
+  bool pow2_buckets_ = false;  // DSINFER_CUDA_GRAPH_BUCKETS=pow2 (graph_bucket)
+  cudaEvent_t ft_start_ = nullptr, ft_end_ = nullptr;
+  std::map<std::tuple<int, int, int, int>, ForwardTimes> forward_times_by_shape_;
   // DSINFER_CUDA_DIAG_OMIT (timing diagnostics only; outputs are wrong): per-layer kernels
   // left out of the forward, so that a graph replay's time with and without one measures
   // what that kernel costs inside the graph (Nsight Systems is not on the GPU machine).
@@ -273,6 +300,13 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   const std::string why = cuda_unavailable_reason();
   if (!why.empty()) throw Error("--device cuda: " + why);
   profile_ = std::getenv("DSINFER_CUDA_PROFILE") != nullptr;
+  forward_times_ = env_switch("DSINFER_CUDA_FORWARD_TIMES", false);
+  if (const char* e = std::getenv("DSINFER_CUDA_GRAPH_BUCKETS")) {
+    const std::string v = e;
+    if (v != "pow2" && v != "fine")
+      throw Error("DSINFER_CUDA_GRAPH_BUCKETS: '" + v + "' is not one of pow2, fine");
+    pow2_buckets_ = v == "pow2";
+  }
   if (const char* e = std::getenv("DSINFER_CUDA_DIAG_OMIT")) {
     diag_omit_ = parse_name_list("DSINFER_CUDA_DIAG_OMIT", e,
                                  {{"qkv", kOmitQkv}, {"qk", kOmitQk}, {"attn", kOmitAttn}, {"o", kOmitO},
@@ -484,6 +518,8 @@ void CudaQwen3Model::collect_attn_timing() {
 
 CudaQwen3Model::~CudaQwen3Model() {
   print_profile();
+  if (ft_start_) cudaEventDestroy(ft_start_);
+  if (ft_end_) cudaEventDestroy(ft_end_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   drop_graphs();
   if (meta_host_) cudaFreeHost(meta_host_);
@@ -764,7 +800,7 @@ void CudaQwen3Model::mark(const char* stage) {
 
 void CudaQwen3Model::collect_marks(int rows) {
   if (!profile_) return;
-  const std::string prefix = rows == 1 ? "1 row: " : "multi-row: ";
+  const std::string prefix = "rows " + std::to_string(rows) + ": ";
   for (size_t i = 1; i < marks_.size(); ++i) {
     float ms = 0;
     DSINFER_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
@@ -800,6 +836,15 @@ void CudaQwen3Model::print_profile() const {
     for (int k = 0; k < 7; ++k) std::fprintf(stderr, " %s %.2f;", kSteps[k], attn_stat_.step_us[k] * fl);
     std::fprintf(stderr, "\n");
   }
+  if (!forward_times_by_shape_.empty()) {
+    std::fprintf(stderr, "DSINFER_CUDA_FORWARD_TIMES (us per forward call: host prep incl. uploads | launch | wait | after | GPU between events; block tables uploaded KB):\n");
+    for (const auto& [k, t] : forward_times_by_shape_) {
+      const double f = 1.0 / static_cast<double>(t.n);
+      std::fprintf(stderr, "  rows %4d logit rows %4d captured %d graph %d: %7lld calls  prep %6.1f  launch %6.1f  wait %7.1f  after %5.1f  gpu %7.1f  tables %6.1f KB\n",
+                   std::get<0>(k), std::get<1>(k), std::get<2>(k), std::get<3>(k), static_cast<long long>(t.n),
+                   t.prep_us * f, t.launch_us * f, t.wait_us * f, t.post_us * f, t.gpu_us * f, t.table_kb * f);
+    }
+  }
   if (!profile_ || stage_ms_.empty()) return;
   std::fprintf(stderr, "DSINFER_CUDA_PROFILE (eager, CUDA events between stages; per forward):\n");
   for (const auto& [prefix, n] : forwards_) {
@@ -817,6 +862,8 @@ void CudaQwen3Model::print_profile() const {
 void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
                          std::vector<VerifyRequest>* reqs) {
   std::lock_guard<std::mutex> lock(mu_);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t_entry = forward_times_ ? Clock::now() : Clock::time_point{};
   // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
   auto* kv = dynamic_cast<DeviceKVStorage*>(&kv_base);
   if (!kv) throw Error("forward: KV cache was not created by this CUDA model's make_kv_cache / make_paged_kv_cache");
@@ -873,8 +920,9 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
 
   // ---- rows: (token, position, slot); graph shapes are padded to powers of two ----------
   const bool graph = opts_.use_graphs && !profile_ && T <= kMaxGraphRows;
-  const int rows = graph ? pow2_at_least(static_cast<int>(T)) : static_cast<int>(T);
-  const int lrows = graph ? (n_logits ? pow2_at_least(static_cast<int>(n_logits)) : 0) : static_cast<int>(n_logits);
+  const int rows = graph ? graph_bucket(static_cast<int>(T), pow2_buckets_) : static_cast<int>(T);
+  const int lrows =
+      graph ? (n_logits ? graph_bucket(static_cast<int>(n_logits), pow2_buckets_) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
   if (persistent_ && rows == 1 && lrows <= 1 && !profile_) ++persistent_calls_;  // enqueue's condition
   int32_t* tok = meta_host_;
@@ -897,6 +945,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
   DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta_, meta_host_, (3 * cap_rows_ + cap_logits_) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
+  const double table_kb = forward_times_ ? kv->pending_table_bytes() / 1024.0 : 0.0;
   kv->upload(stream_);  // the paged pool's block tables (a fixed device address: graphs replay)
   // Captured rows (padding rows included in graph mode) go to cap_ on the device (or, with
   // capture_to_cache, straight to the pool: the persistent kernel still stages them in
@@ -909,6 +958,15 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     DSINFER_CUDA_CHECK(cudaMalloc(&cap_, cap_floats_ * sizeof(float)));
   }
 
+  Clock::time_point t_prep{};
+  if (forward_times_) {
+    if (!ft_start_) {
+      DSINFER_CUDA_CHECK(cudaEventCreate(&ft_start_));
+      DSINFER_CUDA_CHECK(cudaEventCreate(&ft_end_));
+    }
+    t_prep = Clock::now();
+    DSINFER_CUDA_CHECK(cudaEventRecord(ft_start_, stream_));
+  }
   if (graph) {
     const GraphKey key{kv->uid(), rows, lrows, batch.capture_layers, feature_pool != nullptr};
     auto it = graphs_.find(key);
@@ -934,6 +992,11 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
             feature_pool);
   }
   if (reqs && n_logits > 0) enqueue_verify(batch, *reqs);
+  Clock::time_point t_launch{};
+  if (forward_times_) {
+    DSINFER_CUDA_CHECK(cudaEventRecord(ft_end_, stream_));
+    t_launch = Clock::now();
+  }
 
   // ---- results back: ids or logit rows, and captured layers -----------------------------
   if (ids && n_logits > 0) {
@@ -947,6 +1010,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.captured.data(), cap_, T * n_cap * H * sizeof(float), cudaMemcpyDeviceToHost,
                                        stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const Clock::time_point t_sync = forward_times_ ? Clock::now() : Clock::time_point{};
   collect_marks(static_cast<int>(T));
   if (persistent_timing_ && persistent_ && rows == 1 && lrows <= 1) collect_persistent_timing();
   // (only forwards that ran the folded attention kernel stamped the buffer)
@@ -959,6 +1023,19 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   }
   for (const ForwardEntry& en : batch.entries)
     kv->set_length(en.slot, kv_base.length(en.slot) + static_cast<int>(en.tokens.size()));
+  if (forward_times_) {
+    float gpu_ms = 0;
+    DSINFER_CUDA_CHECK(cudaEventElapsedTime(&gpu_ms, ft_start_, ft_end_));
+    auto us = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::micro>(b - a).count(); };
+    ForwardTimes& t = forward_times_by_shape_[{rows, lrows, static_cast<int>(n_cap), graph ? 1 : 0}];
+    ++t.n;
+    t.prep_us += us(t_entry, t_prep);
+    t.launch_us += us(t_prep, t_launch);
+    t.wait_us += us(t_launch, t_sync);
+    t.post_us += us(t_sync, Clock::now());
+    t.gpu_us += 1e3 * gpu_ms;
+    t.table_kb += table_kb;
+  }
 }
 
 void CudaQwen3Model::enqueue_verify(const ForwardBatch& batch, std::vector<VerifyRequest>& reqs) {
