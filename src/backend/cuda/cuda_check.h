@@ -51,14 +51,17 @@ namespace dsinfer::cuda {
 // weight stream of one layer overlaps the tail of the kernel before. pdl_trigger() lets the
 // next kernel be scheduled once every block of this one has called it. Both are no-ops when
 // the kernel was launched without the attribute. Which launches use it: DSINFER_CUDA_PDL =
-// 1 (all, the default), 0 (none) or a comma list of sites (gemv, attn, qk). With every site
+// 1 (all, the default), 0 (none) or a comma list of sites (gemv, attn, qk, small). With every site
 // on, session 18 measured every shape fastest or level (4B / 1.7B / 0.6B batch-1 decode
 // +4 / +5 / +3 %, the embedded engine's plain decoding +9 % at C = 1: docs/PERFORMANCE.md);
 // earlier kernels had lost with it (session 11).
 namespace dsinfer::cuda {
 
-enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4 };
-constexpr unsigned kPdlAllSites = 7;
+// Small: the row-wise kernels around the GEMMs (embedding, RoPE table, bias, BF16 rounding,
+// feature gathers) and the drafter's own kernels (q/k store, block attention, Markov step,
+// confidence, ids), which used to break the chain at every drafter layer and Markov position.
+enum class PdlSite : unsigned { Gemv = 1, Attention = 2, QkStep = 4, Small = 8 };
+constexpr unsigned kPdlAllSites = 15;
 bool pdl_enabled(PdlSite site);  // cuda_device.cpp: sm_90+ and the site selected (scope, else env)
 
 // While it lives, this thread's launches use exactly `sites` (a PdlSite mask), whatever

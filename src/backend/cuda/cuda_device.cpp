@@ -107,7 +107,8 @@ unsigned pdl_env() {
     return parse_name_list("DSINFER_CUDA_PDL (0, 1 or a list)", v,
                            {{"gemv", static_cast<unsigned>(PdlSite::Gemv)},
                             {"attn", static_cast<unsigned>(PdlSite::Attention)},
-                            {"qk", static_cast<unsigned>(PdlSite::QkStep)}});
+                            {"qk", static_cast<unsigned>(PdlSite::QkStep)},
+                            {"small", static_cast<unsigned>(PdlSite::Small)}});
   }();
   return mask;
 }
@@ -145,7 +146,7 @@ std::string cuda_pdl_summary() {
   if (m == 0) return "off";
   std::string out;
   for (auto [bit, name] : {std::pair{cuda::PdlSite::Gemv, "gemv"}, std::pair{cuda::PdlSite::Attention, "attn"},
-                           std::pair{cuda::PdlSite::QkStep, "qk"}})
+                           std::pair{cuda::PdlSite::QkStep, "qk"}, std::pair{cuda::PdlSite::Small, "small"}})
     if (m & static_cast<unsigned>(bit)) out += (out.empty() ? "" : ",") + std::string(name);
   return out;
 }

@@ -50,6 +50,8 @@ __global__ void qkv_store_kernel(const float* __restrict__ src, int64_t ld, int 
                                  int first_layer, int NQ, int NKV, int D, const float* __restrict__ q_norm,
                                  const float* __restrict__ k_norm, float eps, const float* __restrict__ cos_t,
                                  const float* __restrict__ sin_t, DraftRowDst dst, float* __restrict__ q_out) {
+  pdl_trigger();
+  pdl_wait();
   const int lane = threadIdx.x & 31;
   const int per_layer = NQ + 2 * NKV;
   const int idx = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -108,6 +110,8 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float qs[kMaxD];
   __shared__ float wm[kWarps], wl[kWarps];
   __shared__ float wacc[kWarps][kMaxD];
+  pdl_trigger();
+  pdl_wait();
   const int h = blockIdx.x, r = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int it = item[r];
@@ -209,6 +213,8 @@ __global__ void conf_hdot_kernel(const float* __restrict__ x, int64_t H, const i
                                  const float* __restrict__ fn, float eps, const float* __restrict__ w_h,
                                  float* __restrict__ hdot) {
   __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();
   const float* xr = x + static_cast<int64_t>(rows[blockIdx.x]) * H;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < H; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
@@ -227,6 +233,8 @@ __global__ void markov_step_kernel(int k, int R, const int32_t* __restrict__ anc
                                    const float* __restrict__ hdot, const float* __restrict__ w_e, float conf_b,
                                    float* __restrict__ z) {
   __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();
   const int i = blockIdx.x;
   const int32_t prev = k == 0 ? anchors[i] : id_from_key(keys[static_cast<int64_t>(k - 1) * R + i]);
   if (k > 0 && threadIdx.x == 0) ids[static_cast<int64_t>(k - 1) * R + i] = prev;
@@ -245,6 +253,8 @@ __global__ void markov_step_kernel(int k, int R, const int32_t* __restrict__ anc
 }
 
 __global__ void keys_to_ids_kernel(const unsigned long long* __restrict__ keys, int n, int32_t* __restrict__ ids) {
+  pdl_trigger();
+  pdl_wait();
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j < n) ids[j] = id_from_key(keys[j]);
 }
@@ -258,8 +268,8 @@ void draft_qkv_store(const float* src, int64_t ld, int T, int layers, int64_t la
   (void)L_total;
   const int warps = 4, n = layers * (NQ + 2 * NKV);
   dim3 grid(T, (n + warps - 1) / warps);
-  qkv_store_kernel<<<grid, 32 * warps, 0, stream>>>(src, ld, T, layers, layer_stride, first_layer, NQ, NKV, D, q_norm,
-                                                    k_norm, eps, cos_t, sin_t, dst, q_out);
+  launch_pdl(PdlSite::Small, qkv_store_kernel, grid, dim3(32 * warps), 0, stream, src, ld, T, layers, layer_stride,
+             first_layer, NQ, NKV, D, q_norm, k_norm, eps, cos_t, sin_t, dst, q_out);
   DSINFER_CUDA_LAUNCHED("draft qkv_store_kernel");
 }
 
@@ -273,20 +283,24 @@ void draft_block_attention(const float* q, int T, const int32_t* item, const uns
                 " / kv heads " + std::to_string(NKV) + " not supported (head_dim even and <= 256, heads a multiple of kv heads)");
   const dim3 grid(NQ, T);
   if (D <= 32)
-    block_attention_kernel<1><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+    launch_pdl(PdlSite::Small, block_attention_kernel<1>, grid, dim3(kThreads), 0, stream, q, item, base, cap, key_begin,
+               n_keys, layer, NQ, NKV, D, scale, out);
   else if (D <= 64)
-    block_attention_kernel<2><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+    launch_pdl(PdlSite::Small, block_attention_kernel<2>, grid, dim3(kThreads), 0, stream, q, item, base, cap, key_begin,
+               n_keys, layer, NQ, NKV, D, scale, out);
   else if (D <= 128)
-    block_attention_kernel<4><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+    launch_pdl(PdlSite::Small, block_attention_kernel<4>, grid, dim3(kThreads), 0, stream, q, item, base, cap, key_begin,
+               n_keys, layer, NQ, NKV, D, scale, out);
   else
-    block_attention_kernel<8><<<grid, kThreads, 0, stream>>>(q, item, base, cap, key_begin, n_keys, layer, NQ, NKV, D, scale, out);
+    launch_pdl(PdlSite::Small, block_attention_kernel<8>, grid, dim3(kThreads), 0, stream, q, item, base, cap, key_begin,
+               n_keys, layer, NQ, NKV, D, scale, out);
   DSINFER_CUDA_LAUNCHED("draft block_attention_kernel");
 }
 
 void draft_conf_hdot(const float* x, int64_t H, const int32_t* rows, int n, const float* final_norm, float eps,
                      const float* w_h, float* hdot, cudaStream_t stream) {
   if (n <= 0) return;
-  conf_hdot_kernel<<<n, 256, 0, stream>>>(x, H, rows, final_norm, eps, w_h, hdot);
+  launch_pdl(PdlSite::Small, conf_hdot_kernel, dim3(n), dim3(256), 0, stream, x, H, rows, final_norm, eps, w_h, hdot);
   DSINFER_CUDA_LAUNCHED("draft conf_hdot_kernel");
 }
 
@@ -294,13 +308,14 @@ void draft_markov_step(int k, int R, const int32_t* anchors, const unsigned long
                        const bf16* w1, int rank, bf16* e, const float* hdot, const float* w_e, float conf_b, float* z,
                        cudaStream_t stream) {
   if (R <= 0) return;
-  markov_step_kernel<<<R, 64, 0, stream>>>(k, R, anchors, keys, ids, w1, rank, e, hdot, w_e, conf_b, z);
+  launch_pdl(PdlSite::Small, markov_step_kernel, dim3(R), dim3(64), 0, stream, k, R, anchors, keys, ids, w1, rank, e, hdot,
+             w_e, conf_b, z);
   DSINFER_CUDA_LAUNCHED("draft markov_step_kernel");
 }
 
 void draft_keys_to_ids(const unsigned long long* keys, int n, int32_t* ids, cudaStream_t stream) {
   if (n <= 0) return;
-  keys_to_ids_kernel<<<(n + 255) / 256, 256, 0, stream>>>(keys, n, ids);
+  launch_pdl(PdlSite::Small, keys_to_ids_kernel, dim3((n + 255) / 256), dim3(256), 0, stream, keys, n, ids);
   DSINFER_CUDA_LAUNCHED("draft keys_to_ids_kernel");
 }
 

@@ -33,6 +33,8 @@ __device__ float block_sum(float v, float* red) {
 
 __global__ void embed_kernel(const bf16* __restrict__ table, int64_t H, const int32_t* __restrict__ tokens, int T,
                              float* __restrict__ x) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * H) return;
   const int64_t r = i / H, c = i % H;
@@ -55,6 +57,8 @@ __global__ void rmsnorm_kernel(const float* __restrict__ x, int64_t x_stride, co
 
 __global__ void rope_table_kernel(const float* __restrict__ inv_freq, int half, const int32_t* __restrict__ pos,
                                   int T, float af, float* __restrict__ cos_t, float* __restrict__ sin_t) {
+  pdl_trigger();
+  pdl_wait();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= T * half) return;
   const int t = i / half, j = i % half;
@@ -172,6 +176,8 @@ __global__ void argmax_kernel(const float* __restrict__ logits, int64_t ld, int 
 }
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ x, int64_t n, bf16* __restrict__ y) {
+  pdl_trigger();
+  pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] = __float2bfloat16(x[i]);
 }
@@ -205,6 +211,8 @@ __global__ void store_feature_rows_kernel(const float* __restrict__ src, int64_t
 
 __global__ void gather_feature_rows_kernel(const bf16* __restrict__ plane, int64_t F, const int32_t* __restrict__ src_rows,
                                            bf16* __restrict__ dst) {
+  pdl_trigger();
+  pdl_wait();
   const bf16* x = plane + static_cast<int64_t>(src_rows[blockIdx.x]) * F;
   bf16* y = dst + static_cast<int64_t>(blockIdx.x) * F;
   for (int64_t i = threadIdx.x; i < F; i += blockDim.x) y[i] = x[i];
@@ -214,7 +222,7 @@ __global__ void gather_feature_rows_kernel(const bf16* __restrict__ plane, int64
 
 void embed_rows(const bf16* table, int64_t H, const int32_t* tokens, int T, float* x, cudaStream_t stream) {
   if (T <= 0) return;
-  embed_kernel<<<blocks_for(T * H, 256), 256, 0, stream>>>(table, H, tokens, T, x);
+  launch_pdl(PdlSite::Small, embed_kernel, dim3(blocks_for(T * H, 256)), dim3(256), 0, stream, table, H, tokens, T, x);
   DSINFER_CUDA_LAUNCHED("embed_kernel");
 }
 
@@ -228,8 +236,8 @@ void rmsnorm_rows(const float* x, int64_t x_stride, const int32_t* row_index, in
 void rope_table(const float* inv_freq, int half, const int32_t* pos, int T, float attention_factor, float* cos_t,
                 float* sin_t, cudaStream_t stream) {
   if (T <= 0) return;
-  rope_table_kernel<<<blocks_for(static_cast<int64_t>(T) * half, 256), 256, 0, stream>>>(inv_freq, half, pos, T,
-                                                                                          attention_factor, cos_t, sin_t);
+  launch_pdl(PdlSite::Small, rope_table_kernel, dim3(blocks_for(static_cast<int64_t>(T) * half, 256)), dim3(256), 0,
+             stream, inv_freq, half, pos, T, attention_factor, cos_t, sin_t);
   DSINFER_CUDA_LAUNCHED("rope_table_kernel");
 }
 
@@ -291,7 +299,7 @@ void argmax_keys_rows(const float* logits, int64_t ld, int rows, int V, unsigned
 
 void f32_to_bf16_n(const float* x, int64_t n, bf16* y, cudaStream_t stream) {
   if (n <= 0) return;
-  f32_to_bf16_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, n, y);
+  launch_pdl(PdlSite::Small, f32_to_bf16_kernel, dim3(blocks_for(n, 256)), dim3(256), 0, stream, x, n, y);
   DSINFER_CUDA_LAUNCHED("f32_to_bf16_kernel");
 }
 
@@ -311,7 +319,7 @@ void store_feature_columns(const float* src, int64_t src_ld, int rows, int64_t F
 
 void gather_feature_rows(const bf16* plane, int64_t F, const int32_t* src_rows, int n, bf16* dst, cudaStream_t stream) {
   if (n <= 0 || F <= 0) return;
-  gather_feature_rows_kernel<<<n, 256, 0, stream>>>(plane, F, src_rows, dst);
+  launch_pdl(PdlSite::Small, gather_feature_rows_kernel, dim3(n), dim3(256), 0, stream, plane, F, src_rows, dst);
   DSINFER_CUDA_LAUNCHED("gather_feature_rows_kernel");
 }
 
