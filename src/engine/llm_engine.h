@@ -37,6 +37,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "engine/block_pool.h"
@@ -388,6 +389,10 @@ class LLMEngine {
   LookupStats lookup_stats_;
   DrafterYield pop_yield_;
   uint64_t choice_clock_ = 0, last_probe_ = 0;
+  // choose_drafting's "could any k pay at full acceptance" for the last (R, B0, T0,
+  // max_drafts_) it was computed for.
+  std::tuple<int, int, double, int> could_key_{-1, -1, 0.0, -1};
+  bool could_pay_ = false;
   // Re-probe back-off: the gap is multiplied by probe_backoff_, which doubles (up to 16) at
   // each probe when nobody was chosen on merit since the previous one, and returns to 1 when
   // someone is.
