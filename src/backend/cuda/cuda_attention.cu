@@ -25,11 +25,13 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ detail::AttnShared sh;
   pdl_trigger();
   l2_prefetch_part(prefetch, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x * gridDim.y);
-  pdl_wait();
+  // slot / pos (and the block tables) come from the host before the forward's first kernel:
+  // readable before the wait, so the first tile's table lookup is issued before it too.
   const int r = blockIdx.y, h = blockIdx.x;
   const int s = slot[r];
   bf16* o = out + (static_cast<int64_t>(r) * NH + h) * D;
   if (s < 0) {
+    pdl_wait();
     for (int d = threadIdx.x; d < D; d += kThreads) o[d] = __float2bfloat16(0.0f);
     return;
   }
@@ -39,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
       [&] {
         for (int d = threadIdx.x; d < D; d += kThreads) sh.qs[d] = qr[d];
       },
-      [] { __syncthreads(); });
+      [] { __syncthreads(); }, -1, nullptr, nullptr, [] { pdl_wait(); });
 }
 
 // attention_kernel with the q/k step in its prologue (attention_rows_fold_qk).

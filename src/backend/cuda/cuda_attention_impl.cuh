@@ -89,11 +89,17 @@ struct AttnShared {
 // before stage_q(), so that key's rows are taken again after sync(), from fresh_kv (shared
 // memory: its K row then its V row, D BF16 values each, the bits stored in the cache) when
 // given, else from the cache (the rest of the tile was in the cache before the kernel began).
-template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync>
+struct NoHook {
+  __device__ void operator()() const {}
+};
+// before_loads() runs in every thread after the first tile's block-table lookup is issued
+// and before its K/V loads: a kernel whose keys may include rows the kernel before it writes
+// waits for it there (pdl_wait), so the lookup overlaps that kernel's tail.
+template <int kPairs, bool kVec, bool kPaged, class StageQ, class Sync, class Before = NoHook>
 __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, int n_keys, int kvh, int D, float scale,
                                                 bf16* __restrict__ o, AttnShared& sh, int tid, StageQ stage_q,
                                                 Sync sync, int fresh = -1, const bf16* fresh_kv = nullptr,
-                                                unsigned long long* stamp = nullptr) {
+                                                unsigned long long* stamp = nullptr, Before before_loads = Before{}) {
   // Profiling (stamp non-null in thread 0 only): %globaltimer after the barrier, the scores,
   // the V sums and the warps' combine barrier.
   auto mark = [&](int k) {
@@ -139,6 +145,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   };
   if constexpr (kPaged)
     if (k0 < k1) next_off = lookup(k0);
+  before_loads();
   auto load_tile = [&](int t0) {
     const int j = t0 + lane;
     if constexpr (kPaged) {
