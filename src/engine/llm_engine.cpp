@@ -55,6 +55,9 @@ namespace {
 constexpr int kMinPromptTokens = 64;
 // Weight of a new drafting step in a request's smoothed gain estimate (choose_drafting).
 constexpr double kGainSmoothing = 0.3;
+// The population's gain estimate is the plain mean of its first kPopWindow measurements,
+// then an exponential mean over about that many (LLMEngine::step).
+constexpr double kPopWindow = 20.0;
 // kStaleDecay^skipped (choose_drafting), from a table for the common counts: the same values
 // as std::pow, without a pow per request per step.
 double stale_keep(int skipped) {
@@ -682,11 +685,15 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     const std::tuple<int, int, double, int> key{R, B0, T0, max_drafts_};
     if (key != could_key_) {
       const double plain = T0 / t_verify(B0);
-      bool could = false;
-      for (int k = 1; k <= R && !could; ++k)
-        could = (T0 + k * max_drafts_) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain;
+      // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
+      auto pays = [&](double gain) {
+        for (int k = 1; k <= R; ++k)
+          if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
+        return false;
+      };
       could_key_ = key;
-      could_pay_ = could;
+      could_pay_ = pays(max_drafts_);
+      half_block_pays_ = could_pay_ && pays(0.5 * max_drafts_);
     }
     if (!could_pay_) {
       count_choice(true, 0, false);
@@ -778,8 +785,18 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     const double t_probe = draft_ms(k + 1) - draft_ms(k) + commit_ms(dec[pick]->pending_tokens.size()) +
                            std::max(0.0, t_verify(B0 + max_drafts_) - t_step);
     const uint64_t probe_gap = probe_backoff_ * static_cast<uint64_t>(std::ceil(t_probe / (kProbeShare * t_step)));
-    if (choice_clock_ >= last_probe_ + probe_gap) {
-      if (last_probe_ > 0 && !chosen_since_probe_) probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
+    // Exploration: while the population's estimate rests on fewer than kPopWindow
+    // measurements and drafting would pay at half a block per drafting request, a request
+    // probes on every step, unpaced. Otherwise a few low first blocks (a line start) set an
+    // estimate that kept the whole batch from drafting, and paced probes, each adding one
+    // measurement, took most of a run to correct it: on the H200 at concurrency 16 about one
+    // grid run in ten found nobody drafting (0.98x plain against 1.2x; PERFORMANCE.md,
+    // sessions 20 and 22). Where only near-full blocks could pay (concurrency 64 there),
+    // there is nothing to learn quickly and the paced probes stay.
+    const bool explore = half_block_pays_ && static_cast<double>(pop_measured_) < kPopWindow;
+    if (explore || choice_clock_ >= last_probe_ + probe_gap) {
+      if (!explore && last_probe_ > 0 && !chosen_since_probe_)
+        probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
       chosen_since_probe_ = false;
       yes[pick] = true;
       last_probe_ = choice_clock_;
@@ -1133,7 +1150,6 @@ bool LLMEngine::step() {
       // low first block, a line start, then kept the whole batch from drafting. On the
       // H200 at concurrency 16 dspark ran either with ~10 of 16 requests drafting, 1.23-1.30x
       // plain, or with none, 0.97-1.02x, from run to run; docs/PERFORMANCE.md, session 20.)
-      constexpr double kPopWindow = 20.0;
       const double w = 1.0 / std::min(static_cast<double>(pop_measured_) + 1.0, kPopWindow);
       pop_gain_ += w * (g - pop_gain_);
       pop_len_ += w * (static_cast<double>(n) - pop_len_);

@@ -393,6 +393,7 @@ class LLMEngine {
   // max_drafts_) it was computed for.
   std::tuple<int, int, double, int> could_key_{-1, -1, 0.0, -1};
   bool could_pay_ = false;
+  bool half_block_pays_ = false;  // ... and whether it could at half a block accepted
   // Re-probe back-off: the gap is multiplied by probe_backoff_, which doubles (up to 16) at
   // each probe when nobody was chosen on merit since the previous one, and returns to 1 when
   // someone is.
