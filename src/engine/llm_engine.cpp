@@ -123,6 +123,7 @@ struct LLMEngine::Sequence {
 
 LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {
   if (env_switch("DSINFER_ENGINE_PHASES", false)) phases_ = std::make_unique<PhaseClock>();
+  skip_captures_ = env_switch("DSINFER_ENGINE_SKIP_CAPTURES", true);
   if (model_.on_device()) {
     device_verifier_ = dynamic_cast<DeviceVerifier*>(&model_);
     if (device_verifier_ && !device_verifier_->verifies_on_device()) device_verifier_ = nullptr;
@@ -227,6 +228,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   // speculative engines pay more: a tenth of a run at concurrency 128).
   kv_->prefault();
   if (features_) std::memset(features_.get(), 0, static_cast<size_t>(blocks) * bs * feature_row_bytes());
+  if (feat_) uncaptured_.assign(static_cast<size_t>(blocks), 0);
   for (int s = opts_.max_running - 1; s >= 0; --s) free_slots_.push_back(s);
   block_max_drafts_ = max_drafts_;
   runtime_.policy = opts_.policy;
@@ -410,10 +412,20 @@ void LLMEngine::admit() {
       stats_.prompt_tokens_cached += static_cast<uint64_t>(ar.cached_tokens);
     }
     if (opts_.drafter) {
-      s.draft = opts_.drafter->start();
       // The drafter still gets the whole context: the cached positions' captured target
-      // rows are in the feature store, written when those blocks were computed.
-      s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
+      // rows are in the feature store, written when those blocks were computed, unless a
+      // block was computed without captures (uncaptured_): then this request never drafts.
+      bool captured = true;
+      if (!uncaptured_.empty())
+        for (int b = 0; b < ar.cached_tokens / bs && captured; ++b)
+          captured = uncaptured_[static_cast<size_t>(s.table.blocks()[static_cast<size_t>(b)])] == 0;
+      if (captured) {
+        s.draft = opts_.drafter->start();
+        s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
+      } else {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.drafting_retired++;
+      }
       if (opts_.lookup_assist) {
         s.lookup = std::make_unique<LookupTracker>(opts_.lookup);
         s.lookup->commit(s.context.data(), ar.cached_tokens, lookup_stats_);
@@ -487,6 +499,7 @@ void LLMEngine::bind(Sequence& s, int length) { paged_->bind(s.slot, s.table.blo
 
 void LLMEngine::copy_block(int32_t src, int32_t dst, int n_tokens) {
   paged_->copy_block(src, dst, n_tokens);
+  if (!uncaptured_.empty()) uncaptured_[static_cast<size_t>(dst)] = uncaptured_[static_cast<size_t>(src)];
   if (!features_) return;
   const size_t block_bytes = static_cast<size_t>(pool_->block_size()) * feature_row_bytes();
   std::memcpy(features_.get() + static_cast<size_t>(dst) * block_bytes,
@@ -629,6 +642,39 @@ void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRo
   s.step_text.clear();
 }
 
+bool LLMEngine::load_closed(int R, int base_rows, double base_tokens) {
+  // At this load (R decoding requests, the step's base rows and tokens without drafts),
+  // could drafting pay even if every draft were accepted, for some number k of drafting
+  // requests? If not (a large batch: the step is compute-bound and a drafter pass costs
+  // more than full blocks bring), nobody drafts and nobody probes: probes, and the drafter
+  // context rows they flush, are then pure cost, which kept dspark 5-15 % behind plain
+  // decoding at concurrency 16-64; and the forward skips the drafter's captures. Every k is
+  // tried, not only one request: on a GPU a drafter pass costs nearly the same for 1 and 4
+  // requests (0.30 / 0.37 ms on the H200), so one request's drafts may not pay for a pass
+  // that four requests' drafts do. A property of the load, not of which requests may still
+  // draft: under a closed load a request arriving is retired at its first step too.
+  const int B0 = std::max(base_rows, R);
+  const double T0 = std::max(base_tokens, static_cast<double>(R));
+  // A function of (R, B0, T0, max_drafts_) alone (the curves are fixed for the run), and
+  // under steady load those repeat step after step: computed once per new tuple (the scan
+  // over every k was 2-3 us of a 0.6 ms step at concurrency 64-128 on the H200).
+  const std::tuple<int, int, double, int> key{R, B0, T0, max_drafts_};
+  if (key != could_key_) {
+    auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+    const double plain = T0 / t_verify(B0);
+    // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
+    auto pays = [&](double gain) {
+      for (int k = 1; k <= R; ++k)
+        if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
+      return false;
+    };
+    could_key_ = key;
+    could_pay_ = pays(max_drafts_);
+    half_block_pays_ = could_pay_ && pays(0.5 * max_drafts_);
+  }
+  return !could_pay_;
+}
+
 std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens) {
   std::vector<bool> yes(dec.size(), true);
   // Only the dspark policy with a verify-only SPS curve and a known draft cost decides: a
@@ -671,34 +717,10 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
     return choice;
   };
-  // At this load, could drafting pay even if every draft were accepted, for some number k
-  // of drafting requests? If not (a large batch: the step is compute-bound and a drafter
-  // pass costs more than full blocks bring), nobody drafts and nobody probes: probes, and
-  // the drafter context rows they flush, are then pure cost, which kept dspark 5-15 % behind
-  // plain decoding at concurrency 16-64. Every k is tried, not only one request: on a GPU a
-  // drafter pass costs nearly the same for 1 and 4 requests (0.30 / 0.37 ms on the H200), so
-  // one request's drafts may not pay for a pass that four requests' drafts do.
-  {
-    // A function of (R, B0, T0, max_drafts_) alone (the curves are fixed for the run), and
-    // under steady load those repeat step after step: computed once per new tuple (the scan
-    // over every k was 2-3 us of a 0.6 ms step at concurrency 64-128 on the H200).
-    const std::tuple<int, int, double, int> key{R, B0, T0, max_drafts_};
-    if (key != could_key_) {
-      const double plain = T0 / t_verify(B0);
-      // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
-      auto pays = [&](double gain) {
-        for (int k = 1; k <= R; ++k)
-          if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
-        return false;
-      };
-      could_key_ = key;
-      could_pay_ = pays(max_drafts_);
-      half_block_pays_ = could_pay_ && pays(0.5 * max_drafts_);
-    }
-    if (!could_pay_) {
-      count_choice(true, 0, false);
-      return settle(std::vector<bool>(dec.size(), false));
-    }
+  // A closed load (step(): load_closed) decides nothing: nobody drafts or probes.
+  if (closed_now_) {
+    count_choice(true, 0, false);
+    return settle(std::vector<bool>(dec.size(), false));
   }
   std::vector<double> est(dec.size());
   std::vector<int> est_len(dec.size());
@@ -950,15 +972,19 @@ bool LLMEngine::step() {
     int base_rows = static_cast<int>(dec.size());
     double base_tokens = static_cast<double>(dec.size());
     for (size_t r = 0; r < dec.size(); ++r) {
-      if (!lookup_first[r]) {
+      // A request retired from drafting (no drafter state) verifies its lookup proposal, if
+      // any, like one that took the lookup first: part of the step's base.
+      if (!lookup_first[r] && dec[r]->draft) {
         candidates.push_back(dec[r]);
         continue;
       }
       base_rows += static_cast<int>(dec[r]->lookup_tokens.size());
       for (float a : dec[r]->lookup_survival) base_tokens += a;
     }
+    closed_now_ = is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty() &&
+                  load_closed(static_cast<int>(dec.size()), base_rows, base_tokens);
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
-    for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] ? false : chosen[c++];
+    for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
   }
   if (phases_) phases_->lap(1);
   // One batched drafter pass for all drafting requests: first their pending committed
@@ -1218,6 +1244,30 @@ bool LLMEngine::step() {
     entry_seq.push_back(s);
   }
 
+  // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
+  // when nobody in the batch can draft any more, and on a closed step (no number of
+  // drafting requests could pay at this load even with every draft accepted): then every
+  // request in the batch is retired from drafting for good (its context would lack these
+  // rows), and the blocks written are marked, so a later request reusing them from the
+  // prefix cache does not draft either. New requests admitted afterwards draft as usual.
+  bool capture_now = !capture_.empty() && !(skip_captures_ && closed_now_);
+  if (capture_now && skip_captures_) {
+    capture_now = false;
+    for (const Sequence* s : entry_seq) capture_now = capture_now || s->draft != nullptr;
+  }
+  if (!capture_now && !capture_.empty()) {
+    batch.capture_layers.clear();
+    batch.capture_to_cache = false;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.capture_skipped_steps++;
+    for (Sequence* s : entry_seq)
+      if (s->draft) {
+        s->draft.reset();
+        s->pending_tokens.clear();
+        stats_.drafting_retired++;
+      }
+  }
+
   // 5. One forward.
   // (With async prefetch a step may hold no verify entry and no prefill: it only drafts.)
   if (phases_) phases_->lap(5);
@@ -1288,11 +1338,22 @@ bool LLMEngine::step() {
     const float* logits = ids_only || dv ? nullptr : out.logits.data() + logit_row * static_cast<size_t>(V);
     const int32_t* ids = ids_only ? row_ids.data() + logit_row : nullptr;  // argmax of each logit row
     const VerifyRequest* vr = entry_req[i] >= 0 ? &vreqs[static_cast<size_t>(entry_req[i])] : nullptr;
-    const float* hidden = features_ ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
+    const float* hidden =
+        features_ && capture_now ? out.captured.data() + token_row * static_cast<size_t>(feat_) : nullptr;
     const int n_tok = static_cast<int>(e.tokens.size());
     logit_row += e.logit_rows.size();
     token_row += static_cast<size_t>(n_tok);
     store_features(paged_->blocks(s.slot), kv_->length(s.slot) - n_tok, n_tok, hidden);
+    if (!uncaptured_.empty()) {
+      // A block's feature rows are whole when every row since its first was captured.
+      const std::span<const int32_t> blocks = paged_->blocks(s.slot);
+      const int bs = pool_->block_size(), first = kv_->length(s.slot) - n_tok;
+      for (int p = first; p < first + n_tok; ++p) {
+        uint8_t& u = uncaptured_[static_cast<size_t>(blocks[static_cast<size_t>(p / bs)])];
+        if (!capture_now) u = 1;
+        else if (p % bs == 0) u = 0;
+      }
+    }
     if (s.decoding) {
       const int start = kv_->length(s.slot) - n_tok;
       VerifyResult v;
@@ -1337,11 +1398,13 @@ bool LLMEngine::step() {
       std::vector<int32_t> toks(s.prop.tokens.begin(), s.prop.tokens.begin() + v.accepted);
       toks.push_back(v.next_token);
       if (s.draft) {  // appended: a step that skipped drafting did not flush the previous ones
-        const size_t first = s.pending_tokens.size();
         s.pending_tokens.push_back(s.anchor);
         s.pending_tokens.insert(s.pending_tokens.end(), toks.begin(), toks.end() - 1);
-        if (s.lookup)
-          s.lookup->commit(s.pending_tokens.data() + first, static_cast<int>(s.pending_tokens.size() - first), lookup_stats_);
+      }
+      if (s.lookup) {  // the committed positions: the anchor and the accepted drafts
+        committed_.assign(1, s.anchor);
+        committed_.insert(committed_.end(), toks.begin(), toks.end() - 1);
+        s.lookup->commit(committed_.data(), static_cast<int>(committed_.size()), lookup_stats_);
       }
       if (s.prop_drafted) {
         s.yield.observe(v.accepted + 1, n_tok);

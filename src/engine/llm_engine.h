@@ -15,6 +15,9 @@
 //   4. batch: one ForwardBatch with a decode/verify entry [anchor, drafts] per running
 //      request (logits for every row) and prefill chunks of prompts filling the rest of
 //      the per-step token budget (chunked prefill; logits for a prompt's last row only);
+//      the drafter's layer captures ride along unless the load is closed (no drafting
+//      could pay: then every request in the batch is retired from drafting) or nobody in
+//      the batch can still draft;
 //   5. one Model::forward (batch-invariant: every row's bits are what it would get alone);
 //   6. per request: the lossless verify rule accepts a prefix and adds one token; the
 //      table is rolled back to anchor + accepted and committed (full blocks become prefix-
@@ -254,6 +257,11 @@ struct EngineStats {
   // number of drafting requests could pay at that load (nobody drafts or probes), requests
   // it chose by estimated gain, and re-probes.
   uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
+  // Forwards run without the drafter's layer captures (a closed step, or no request in the
+  // batch that can still draft), and requests whose drafting ended for good because rows of
+  // their context were computed without captures (in such a step, or reused from the
+  // prefix cache after one).
+  uint64_t capture_skipped_steps = 0, drafting_retired = 0;
 };
 
 class LLMEngine {
@@ -324,6 +332,9 @@ class LLMEngine {
   // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
   // proposals of the requests that took them), so drafting is priced at the step's real size.
   std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens);
+  // Whether no number of drafting requests could pay at this load even with every draft
+  // accepted (memoized per (R, rows, tokens, max drafts); sets half_block_pays_ too).
+  bool load_closed(int R, int base_rows, double base_tokens);
   // One batched drafter pass: commits the owners' pending context rows, proposes their
   // drafts into Sequence::prop. Touches only the owners' drafter state, so it may run on
   // the DraftWorker while the stepping thread verifies other requests.
@@ -362,6 +373,7 @@ class LLMEngine {
   std::vector<float> draft_hidden_;
   ForwardBatch step_batch_;  // step()'s forward, reused
   std::vector<int32_t> step_ids_;  // step()'s argmax ids when the model reduces on the device
+  std::vector<int32_t> committed_;  // a verify round's committed positions, for the lookup
   // The model's DeviceVerifier (model/device_verify.h) when it samples on its device: looked
   // up once here, not per step.
   DeviceVerifier* device_verifier_ = nullptr;
@@ -394,6 +406,13 @@ class LLMEngine {
   std::tuple<int, int, double, int> could_key_{-1, -1, 0.0, -1};
   bool could_pay_ = false;
   bool half_block_pays_ = false;  // ... and whether it could at half a block accepted
+  bool closed_now_ = false;       // this step's load is closed (load_closed)
+  // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
+  bool skip_captures_ = true;
+  // Per block id: some row of the block was computed without the drafter's captures since
+  // its first row was last written with them, so its feature rows are not the target's. A
+  // request that reuses such a block from the prefix cache never drafts.
+  std::vector<uint8_t> uncaptured_;
   // Re-probe back-off: the gap is multiplied by probe_backoff_, which doubles (up to 16) at
   // each probe when nobody was chosen on merit since the previous one, and returns to 1 when
   // someone is.

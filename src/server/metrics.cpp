@@ -228,6 +228,12 @@ std::string ServerMetrics::render(const EngineStats& st, const std::string& mode
           static_cast<double>(st.choice_chosen));
   counter(out, "dsinfer_drafting_choice_probes_total", "Re-probes of requests left out of drafting",
           static_cast<double>(st.choice_probes));
+  counter(out, "dsinfer_capture_skipped_steps_total",
+          "Forwards run without the drafter's layer captures (closed load, or nobody left who can draft)",
+          static_cast<double>(st.capture_skipped_steps));
+  counter(out, "dsinfer_drafting_retired_total",
+          "Requests retired from drafting because rows of their context were computed without captures",
+          static_cast<double>(st.drafting_retired));
   counter(out, "dsinfer_config_changes_total", "Accepted POST /api/v1/config/dflash", static_cast<double>(config_changes_));
 
   // KV memory: the engine's paged block pool (engine/block_pool.h).

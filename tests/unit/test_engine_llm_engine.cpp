@@ -5,9 +5,12 @@
 // frees the request's slot at once; priorities order admission; bad requests are refused
 // with one-line errors naming the parameter; async prefetch (drafting one cohort while the
 // target verifies the other, on a second thread) is lossless under every policy, really
-// overlaps, and can be switched on and off while requests run.
+// overlaps, and can be switched on and off while requests run; the dspark drafting choice
+// (paced and backed-off probes, drafting together, captures skipped and requests retired
+// on a closed load, reproducible seeded sampling).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -467,6 +470,81 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   EXPECT_GT(st.choice_probes, 1u);
   EXPECT_LT(st.choice_probes * 16 * 2, st.choice_steps) << "re-probes did not back off";
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
+}
+
+TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless) {
+  // A step costs 1 ms for up to 9 verified tokens and 100 ms from 10 on, a drafter pass
+  // 0.5 ms per request: one request alone drafts a full block (9 rows) profitably, but two
+  // or more cannot pay for any drafting (the choice is closed). Then the forward skips the
+  // drafter's layer captures and every request in it is retired from drafting for good,
+  // and the blocks it wrote are marked: a later request reusing them from the prefix cache
+  // never drafts, while a later request with a fresh prompt drafts as usual. Lossless
+  // throughout.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
+    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  Fixture& f = fixture();
+  ASSERT_EQ(f.dspark->info().max_draft_tokens, 8);
+  const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0}, {9, 1000.0}, {10, 10.0}});
+  EngineOptions o = dspark_options(4, 64);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 0.5;
+  o.kv_block_size = 16;
+  // Five cases with prompts of at least 40 tokens and distinct first blocks.
+  std::vector<size_t> pick;
+  for (size_t i = 0; i < f.cases.size() && pick.size() < 5; ++i) {
+    const std::vector<int32_t>& p = f.cases[i].prompt;
+    if (p.size() < 40) continue;
+    bool fresh = true;
+    for (size_t j : pick)
+      fresh = fresh && !std::equal(p.begin(), p.begin() + 16, f.cases[j].prompt.begin());
+    if (fresh) pick.push_back(i);
+  }
+  ASSERT_EQ(pick.size(), 5u);
+  constexpr int kTokens = 48;
+  StopConditions stop;
+  stop.max_tokens = kTokens;
+  LLMEngine engine(*f.model, o);
+  std::map<size_t, std::vector<int32_t>> got;
+  auto submit = [&](size_t i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = kTokens;
+    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    engine.submit(std::move(req));
+  };
+  auto expect_plain = [&](size_t i, const char* what) {
+    EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << what << ", case " << i;
+  };
+  // Three at once: once two decode, every step is closed. The fourth arrives then, so its
+  // prompt is computed in closed steps, without captures.
+  for (int k = 0; k < 3; ++k) submit(pick[static_cast<size_t>(k)]);
+  for (int guard = 0; guard < 1000 && engine.stats().choice_closed == 0; ++guard) ASSERT_TRUE(engine.step());
+  submit(pick[3]);
+  engine.run_until_idle();
+  for (int k = 0; k < 4; ++k) expect_plain(pick[static_cast<size_t>(k)], "four requests");
+  const EngineStats four = engine.stats();
+  EXPECT_GT(four.choice_closed, 0u);
+  EXPECT_GT(four.capture_skipped_steps, 0u) << "closed steps should run without captures";
+  EXPECT_EQ(four.drafting_retired, 4u) << "every request of a closed step is retired";
+  // A fresh prompt alone: drafting pays and it drafts.
+  submit(pick[4]);
+  engine.run_until_idle();
+  expect_plain(pick[4], "fresh prompt alone");
+  const EngineStats fresh = engine.stats();
+  EXPECT_GT(fresh.accepted_draft_tokens, four.accepted_draft_tokens) << "a request after the closed period should draft";
+  EXPECT_EQ(fresh.drafting_retired, four.drafting_retired);
+  // The last of the four prompts again: its blocks come from the prefix cache, some written
+  // without captures, so it must not draft (its drafter context would lack those rows).
+  got.erase(pick[3]);
+  submit(pick[3]);
+  engine.run_until_idle();
+  expect_plain(pick[3], "prefix reused after a closed step");
+  const EngineStats reused = engine.stats();
+  EXPECT_GT(reused.prompt_tokens_cached, fresh.prompt_tokens_cached) << "the prompt should hit the prefix cache";
+  EXPECT_EQ(reused.drafting_retired, fresh.drafting_retired + 1);
+  EXPECT_EQ(reused.drafted_tokens, fresh.drafted_tokens) << "a request reusing uncaptured blocks drafted";
 }
 
 // The drafting choice keeps a population estimate across requests (gain, drafter yield, the

@@ -261,6 +261,8 @@ TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
   st.choice_closed = 3;
   st.choice_chosen = 9;
   st.choice_probes = 1;
+  st.capture_skipped_steps = 5;
+  st.drafting_retired = 4;
   const std::string text = m.render(st, "model\"x");
   auto has = [&](const std::string& line) {
     std::string needle = "\n";
@@ -290,6 +292,8 @@ TEST(ServerMetrics, StepObservationsBecomeCountersAndHistograms) {
   has("dsinfer_drafting_choice_closed_total 3");
   has("dsinfer_drafting_choice_chosen_total 9");
   has("dsinfer_drafting_choice_probes_total 1");
+  has("dsinfer_capture_skipped_steps_total 5");
+  has("dsinfer_drafting_retired_total 4");
   EXPECT_NE(text.find("model=\"model\\\"x\""), std::string::npos);  // label value escaped
 }
 
