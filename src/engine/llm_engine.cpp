@@ -642,37 +642,38 @@ void LLMEngine::emit_tokens(Sequence& s, const std::vector<int32_t>& ids, SpecRo
   s.step_text.clear();
 }
 
-bool LLMEngine::load_closed(int R, int base_rows, double base_tokens) {
+LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_tokens) {
   // At this load (R decoding requests, the step's base rows and tokens without drafts),
   // could drafting pay even if every draft were accepted, for some number k of drafting
   // requests? If not (a large batch: the step is compute-bound and a drafter pass costs
   // more than full blocks bring), nobody drafts and nobody probes: probes, and the drafter
   // context rows they flush, are then pure cost, which kept dspark 5-15 % behind plain
-  // decoding at concurrency 16-64; and the forward skips the drafter's captures. Every k is
-  // tried, not only one request: on a GPU a drafter pass costs nearly the same for 1 and 4
-  // requests (0.30 / 0.37 ms on the H200), so one request's drafts may not pay for a pass
-  // that four requests' drafts do. A property of the load, not of which requests may still
-  // draft: under a closed load a request arriving is retired at its first step too.
+  // decoding at concurrency 16-64. Every k is tried, not only one request: on a GPU a
+  // drafter pass costs nearly the same for 1 and 4 requests (0.30 / 0.37 ms on the H200),
+  // so one request's drafts may not pay for a pass that four requests' drafts do.
   const int B0 = std::max(base_rows, R);
   const double T0 = std::max(base_tokens, static_cast<double>(R));
   // A function of (R, B0, T0, max_drafts_) alone (the curves are fixed for the run), and
-  // under steady load those repeat step after step: computed once per new tuple (the scan
-  // over every k was 2-3 us of a 0.6 ms step at concurrency 64-128 on the H200).
+  // under steady load those repeat step after step: kept for the last two tuples asked (the
+  // step's and the pure decode load's; the scan over every k was 2-3 us of a 0.6 ms step at
+  // concurrency 64-128 on the H200).
   const std::tuple<int, int, double, int> key{R, B0, T0, max_drafts_};
-  if (key != could_key_) {
-    auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
-    const double plain = T0 / t_verify(B0);
-    // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
-    auto pays = [&](double gain) {
-      for (int k = 1; k <= R; ++k)
-        if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
-      return false;
-    };
-    could_key_ = key;
-    could_pay_ = pays(max_drafts_);
-    half_block_pays_ = could_pay_ && pays(0.5 * max_drafts_);
-  }
-  return !could_pay_;
+  for (const PayoffMemo& m : payoff_memo_)
+    if (m.key == key) return m.payoff;
+  auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
+  const double plain = T0 / t_verify(B0);
+  // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
+  auto pays = [&](double gain) {
+    for (int k = 1; k <= R; ++k)
+      if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
+    return false;
+  };
+  LoadPayoff p;
+  p.full_block = pays(max_drafts_);
+  p.half_block = p.full_block && pays(0.5 * max_drafts_);
+  payoff_memo_[payoff_next_] = PayoffMemo{key, p};
+  payoff_next_ ^= 1;
+  return p;
 }
 
 std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens) {
@@ -981,8 +982,17 @@ bool LLMEngine::step() {
       base_rows += static_cast<int>(dec[r]->lookup_tokens.size());
       for (float a : dec[r]->lookup_survival) base_tokens += a;
     }
-    closed_now_ = is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty() &&
-                  load_closed(static_cast<int>(dec.size()), base_rows, base_tokens);
+    closed_now_ = retire_now_ = false;
+    if (is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty()) {
+      const int R = static_cast<int>(dec.size());
+      const LoadPayoff step = load_payoff(R, base_rows, base_tokens);
+      closed_now_ = !step.full_block;
+      half_block_pays_ = step.half_block;
+      // Captures are skipped, and requests retired, only where the decode load alone (its
+      // anchors, without the lookup proposals of this step) closes drafting: lookup rows
+      // come and go from step to step, the concurrency does not.
+      retire_now_ = skip_captures_ && !load_payoff(R, R, R).full_block;
+    }
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
   }
@@ -1245,12 +1255,13 @@ bool LLMEngine::step() {
   }
 
   // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
-  // when nobody in the batch can draft any more, and on a closed step (no number of
-  // drafting requests could pay at this load even with every draft accepted): then every
-  // request in the batch is retired from drafting for good (its context would lack these
-  // rows), and the blocks written are marked, so a later request reusing them from the
-  // prefix cache does not draft either. New requests admitted afterwards draft as usual.
-  bool capture_now = !capture_.empty() && !(skip_captures_ && closed_now_);
+  // when nobody in the batch can draft any more, and when the decode load alone closes
+  // drafting (no number of drafting requests could pay at this concurrency even with every
+  // draft accepted; retire_now_): then every request in the batch is retired from drafting
+  // for good (its context would lack these rows), and the blocks written are marked, so a
+  // later request reusing them from the prefix cache does not draft either. Requests
+  // admitted once the load opens again draft as usual.
+  bool capture_now = !capture_.empty() && !retire_now_;
   if (capture_now && skip_captures_) {
     capture_now = false;
     for (const Sequence* s : entry_seq) capture_now = capture_now || s->draft != nullptr;

@@ -15,9 +15,9 @@
 //   4. batch: one ForwardBatch with a decode/verify entry [anchor, drafts] per running
 //      request (logits for every row) and prefill chunks of prompts filling the rest of
 //      the per-step token budget (chunked prefill; logits for a prompt's last row only);
-//      the drafter's layer captures ride along unless the load is closed (no drafting
-//      could pay: then every request in the batch is retired from drafting) or nobody in
-//      the batch can still draft;
+//      the drafter's layer captures ride along unless the decode load alone closes
+//      drafting (no drafting could pay at this concurrency: then every request in the
+//      batch is retired from drafting) or nobody in the batch can still draft;
 //   5. one Model::forward (batch-invariant: every row's bits are what it would get alone);
 //   6. per request: the lossless verify rule accepts a prefix and adds one token; the
 //      table is rolled back to anchor + accepted and committed (full blocks become prefix-
@@ -332,9 +332,12 @@ class LLMEngine {
   // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
   // proposals of the requests that took them), so drafting is priced at the step's real size.
   std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens);
-  // Whether no number of drafting requests could pay at this load even with every draft
-  // accepted (memoized per (R, rows, tokens, max drafts); sets half_block_pays_ too).
-  bool load_closed(int R, int base_rows, double base_tokens);
+  // Whether some number of drafting requests could pay at this load with every draft
+  // accepted (full_block), and with half of each block (half_block).
+  struct LoadPayoff {
+    bool full_block = false, half_block = false;
+  };
+  LoadPayoff load_payoff(int R, int base_rows, double base_tokens);
   // One batched drafter pass: commits the owners' pending context rows, proposes their
   // drafts into Sequence::prop. Touches only the owners' drafter state, so it may run on
   // the DraftWorker while the stepping thread verifies other requests.
@@ -403,10 +406,16 @@ class LLMEngine {
   uint64_t choice_clock_ = 0, last_probe_ = 0;
   // choose_drafting's "could any k pay at full acceptance" for the last (R, B0, T0,
   // max_drafts_) it was computed for.
-  std::tuple<int, int, double, int> could_key_{-1, -1, 0.0, -1};
-  bool could_pay_ = false;
-  bool half_block_pays_ = false;  // ... and whether it could at half a block accepted
-  bool closed_now_ = false;       // this step's load is closed (load_closed)
+  // load_payoff's last two results, by (R, rows, tokens, max drafts).
+  struct PayoffMemo {
+    std::tuple<int, int, double, int> key{-1, -1, 0.0, -1};
+    LoadPayoff payoff;
+  };
+  PayoffMemo payoff_memo_[2];
+  int payoff_next_ = 0;
+  bool half_block_pays_ = false;  // this step: half-accepted blocks could pay
+  bool closed_now_ = false;       // this step: no drafting could pay (nobody drafts or probes)
+  bool retire_now_ = false;       // the decode load alone is closed: skip captures, retire
   // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
   bool skip_captures_ = true;
   // Per block id: some row of the block was computed without the drafter's captures since
