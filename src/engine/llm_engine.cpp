@@ -55,6 +55,9 @@ namespace {
 constexpr int kMinPromptTokens = 64;
 // Weight of a new drafting step in a request's smoothed gain estimate (choose_drafting).
 constexpr double kGainSmoothing = 0.3;
+// Consecutive steps the decode load alone must close drafting before captures stop and
+// the batch is retired from drafting (LLMEngine::step).
+constexpr int kRetireAfterClosedSteps = 32;
 // The population's gain estimate is the plain mean of its first kPopWindow measurements,
 // then an exponential mean over about that many (LLMEngine::step).
 constexpr double kPopWindow = 20.0;
@@ -902,6 +905,7 @@ bool LLMEngine::step() {
     lookup_stats_ = LookupStats{};
     pop_yield_ = DrafterYield{};
     choice_clock_ = last_probe_ = 0;
+    closed_streak_ = 0;
     probe_backoff_ = 1;
     chosen_since_probe_ = false;
   }
@@ -989,9 +993,12 @@ bool LLMEngine::step() {
       closed_now_ = !step.full_block;
       half_block_pays_ = step.half_block;
       // Captures are skipped, and requests retired, only where the decode load alone (its
-      // anchors, without the lookup proposals of this step) closes drafting: lookup rows
-      // come and go from step to step, the concurrency does not.
-      retire_now_ = skip_captures_ && !load_payoff(R, R, R).full_block;
+      // anchors, without the lookup proposals of this step) closes drafting (lookup rows
+      // come and go from step to step, the concurrency does not), and only once it has
+      // for kRetireAfterClosedSteps steps in a row: a short burst of requests must not end
+      // speculation for good for the long generations running through it.
+      closed_streak_ = load_payoff(R, R, R).full_block ? 0 : closed_streak_ + 1;
+      retire_now_ = skip_captures_ && closed_streak_ >= kRetireAfterClosedSteps;
     }
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
@@ -1255,12 +1262,12 @@ bool LLMEngine::step() {
   }
 
   // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
-  // when nobody in the batch can draft any more, and when the decode load alone closes
-  // drafting (no number of drafting requests could pay at this concurrency even with every
-  // draft accepted; retire_now_): then every request in the batch is retired from drafting
-  // for good (its context would lack these rows), and the blocks written are marked, so a
-  // later request reusing them from the prefix cache does not draft either. Requests
-  // admitted once the load opens again draft as usual.
+  // when nobody in the batch can draft any more, and when the decode load alone has closed
+  // drafting for kRetireAfterClosedSteps steps (no number of drafting requests could pay
+  // at this concurrency even with every draft accepted; retire_now_): then every request
+  // in the batch is retired from drafting for good (its context would lack these rows),
+  // and the blocks written are marked, so a later request reusing them from the prefix
+  // cache does not draft either. Requests admitted once the load opens again draft as usual.
   bool capture_now = !capture_.empty() && !retire_now_;
   if (capture_now && skip_captures_) {
     capture_now = false;

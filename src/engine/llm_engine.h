@@ -15,9 +15,10 @@
 //   4. batch: one ForwardBatch with a decode/verify entry [anchor, drafts] per running
 //      request (logits for every row) and prefill chunks of prompts filling the rest of
 //      the per-step token budget (chunked prefill; logits for a prompt's last row only);
-//      the drafter's layer captures ride along unless the decode load alone closes
-//      drafting (no drafting could pay at this concurrency: then every request in the
-//      batch is retired from drafting) or nobody in the batch can still draft;
+//      the drafter's layer captures ride along unless the decode load alone has closed
+//      drafting for 32 steps in a row (no drafting could pay at this concurrency: then
+//      every request in the batch is retired from drafting) or nobody in the batch can
+//      still draft;
 //   5. one Model::forward (batch-invariant: every row's bits are what it would get alone);
 //   6. per request: the lossless verify rule accepts a prefix and adds one token; the
 //      table is rolled back to anchor + accepted and committed (full blocks become prefix-
@@ -415,7 +416,8 @@ class LLMEngine {
   int payoff_next_ = 0;
   bool half_block_pays_ = false;  // this step: half-accepted blocks could pay
   bool closed_now_ = false;       // this step: no drafting could pay (nobody drafts or probes)
-  bool retire_now_ = false;       // the decode load alone is closed: skip captures, retire
+  bool retire_now_ = false;       // the decode load alone has been closed long enough: skip captures, retire
+  int closed_streak_ = 0;         // consecutive steps the decode load alone was closed
   // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
   bool skip_captures_ = true;
   // Per block id: some row of the block was computed without the drafter's captures since

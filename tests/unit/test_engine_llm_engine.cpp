@@ -475,8 +475,9 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
 TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless) {
   // A step costs 1 ms for up to 9 verified tokens and 100 ms from 10 on, a drafter pass
   // 0.5 ms per request: one request alone drafts a full block (9 rows) profitably, but two
-  // or more cannot pay for any drafting (the choice is closed). Then the forward skips the
-  // drafter's layer captures and every request in it is retired from drafting for good,
+  // or more cannot pay for any drafting (the choice is closed). After 32 closed steps in a
+  // row the forward skips the drafter's layer captures and every request in it is retired
+  // from drafting for good,
   // and the blocks it wrote are marked: a later request reusing them from the prefix cache
   // never drafts, while a later request with a fresh prompt drafts as usual. Lossless
   // throughout.
@@ -517,10 +518,35 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   auto expect_plain = [&](size_t i, const char* what) {
     EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << what << ", case " << i;
   };
-  // Three at once: once two decode, every step is closed. The fourth arrives then, so its
-  // prompt is computed in closed steps, without captures.
+  {
+    // A short burst: a second request closes the load for a few steps only, so nobody is
+    // retired and the first request drafts again once it is alone.
+    LLMEngine burst(*f.model, o);
+    std::map<size_t, std::vector<int32_t>> out;
+    const std::pair<size_t, int> reqs[] = {{pick[0], kTokens}, {pick[1], 4}};
+    for (const auto& [i, n] : reqs) {
+      EngineRequest req;
+      req.prompt = f.cases[i].prompt;
+      req.stop.max_tokens = n;
+      req.on_event = [&out, i](const RequestEvent& ev) { out[i].insert(out[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+      burst.submit(std::move(req));
+    }
+    burst.run_until_idle();
+    for (const auto& [i, n] : reqs) {
+      StopConditions st;
+      st.max_tokens = n;
+      EXPECT_EQ(out[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, st).ids) << "burst, case " << i;
+    }
+    const EngineStats b = burst.stats();
+    EXPECT_GT(b.choice_closed, 0u) << "the burst should close the load";
+    EXPECT_EQ(b.capture_skipped_steps, 0u) << "a burst of a few closed steps should keep the captures";
+    EXPECT_EQ(b.drafting_retired, 0u);
+    EXPECT_GT(b.accepted_draft_tokens, 0u);
+  }
+  // Three at once: once two decode, every step is closed, and after 32 such steps the
+  // captures stop. The fourth arrives then, so its prompt is computed without captures.
   for (int k = 0; k < 3; ++k) submit(pick[static_cast<size_t>(k)]);
-  for (int guard = 0; guard < 1000 && engine.stats().choice_closed == 0; ++guard) ASSERT_TRUE(engine.step());
+  for (int guard = 0; guard < 1000 && engine.stats().capture_skipped_steps == 0; ++guard) ASSERT_TRUE(engine.step());
   submit(pick[3]);
   engine.run_until_idle();
   for (int k = 0; k < 4; ++k) expect_plain(pick[static_cast<size_t>(k)], "four requests");
