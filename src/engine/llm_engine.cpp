@@ -972,6 +972,10 @@ bool LLMEngine::step() {
     }
   }
   std::vector<bool> drafts(dec.size(), true);
+  // Decided below for this step only (async prefetch decides no drafting choice, and its
+  // steps break a run of closed ones).
+  closed_now_ = retire_now_ = false;
+  if (async) closed_streak_ = 0;
   if (!async) {
     std::vector<Sequence*> candidates;
     int base_rows = static_cast<int>(dec.size());
@@ -986,7 +990,6 @@ bool LLMEngine::step() {
       base_rows += static_cast<int>(dec[r]->lookup_tokens.size());
       for (float a : dec[r]->lookup_survival) base_tokens += a;
     }
-    closed_now_ = retire_now_ = false;
     if (is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty()) {
       const int R = static_cast<int>(dec.size());
       const LoadPayoff step = load_payoff(R, base_rows, base_tokens);
