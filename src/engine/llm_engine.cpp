@@ -679,7 +679,8 @@ LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_t
   return p;
 }
 
-std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens) {
+std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens,
+                                             const LoadPayoff& load) {
   std::vector<bool> yes(dec.size(), true);
   // Only the dspark policy with a verify-only SPS curve and a known draft cost decides: a
   // request's drafter pass costs draft_ms whatever the scheduler then verifies, so under load
@@ -721,8 +722,8 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
     return choice;
   };
-  // A closed load (step(): load_closed) decides nothing: nobody drafts or probes.
-  if (closed_now_) {
+  // A closed load (load_payoff, from step()) decides nothing: nobody drafts or probes.
+  if (!load.full_block) {
     count_choice(true, 0, false);
     return settle(std::vector<bool>(dec.size(), false));
   }
@@ -819,7 +820,7 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     // grid run in ten found nobody drafting (0.98x plain against 1.2x; PERFORMANCE.md,
     // sessions 20 and 22). Where only near-full blocks could pay (concurrency 64 there),
     // there is nothing to learn quickly and the paced probes stay.
-    const bool explore = half_block_pays_ && static_cast<double>(pop_measured_) < kPopWindow;
+    const bool explore = load.half_block && static_cast<double>(pop_measured_) < kPopWindow;
     if (explore || choice_clock_ >= last_probe_ + probe_gap) {
       if (!explore && last_probe_ > 0 && !chosen_since_probe_)
         probe_backoff_ = std::min(2 * probe_backoff_, kMaxProbeBackoff);
@@ -972,9 +973,9 @@ bool LLMEngine::step() {
     }
   }
   std::vector<bool> drafts(dec.size(), true);
-  // Decided below for this step only (async prefetch decides no drafting choice, and its
-  // steps break a run of closed ones).
-  closed_now_ = retire_now_ = false;
+  // Whether the step's captures are skipped and its requests retired (below). Async
+  // prefetch decides no drafting choice, and its steps break a run of closed ones.
+  bool retire = false;
   if (async) closed_streak_ = 0;
   if (!async) {
     std::vector<Sequence*> candidates;
@@ -990,20 +991,20 @@ bool LLMEngine::step() {
       base_rows += static_cast<int>(dec[r]->lookup_tokens.size());
       for (float a : dec[r]->lookup_survival) base_tokens += a;
     }
+    // The step's load payoff; open unless measured (choose_drafting then decides nothing).
+    LoadPayoff load{true, true};
     if (is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty()) {
       const int R = static_cast<int>(dec.size());
-      const LoadPayoff step = load_payoff(R, base_rows, base_tokens);
-      closed_now_ = !step.full_block;
-      half_block_pays_ = step.half_block;
+      load = load_payoff(R, base_rows, base_tokens);
       // Captures are skipped, and requests retired, only where the decode load alone (its
       // anchors, without the lookup proposals of this step) closes drafting (lookup rows
       // come and go from step to step, the concurrency does not), and only once it has
       // for kRetireAfterClosedSteps steps in a row: a short burst of requests must not end
       // speculation for good for the long generations running through it.
       closed_streak_ = load_payoff(R, R, R).full_block ? 0 : closed_streak_ + 1;
-      retire_now_ = skip_captures_ && closed_streak_ >= kRetireAfterClosedSteps;
+      retire = skip_captures_ && closed_streak_ >= kRetireAfterClosedSteps;
     }
-    const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens);
+    const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens, load);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
   }
   if (phases_) phases_->lap(1);
@@ -1267,11 +1268,11 @@ bool LLMEngine::step() {
   // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
   // when nobody in the batch can draft any more, and when the decode load alone has closed
   // drafting for kRetireAfterClosedSteps steps (no number of drafting requests could pay
-  // at this concurrency even with every draft accepted; retire_now_): then every request
+  // at this concurrency even with every draft accepted; `retire`): then every request
   // in the batch is retired from drafting for good (its context would lack these rows),
   // and the blocks written are marked, so a later request reusing them from the prefix
   // cache does not draft either. Requests admitted once the load opens again draft as usual.
-  bool capture_now = !capture_.empty() && !retire_now_;
+  bool capture_now = !capture_.empty() && !retire;
   if (capture_now && skip_captures_) {
     capture_now = false;
     for (const Sequence* s : entry_seq) capture_now = capture_now || s->draft != nullptr;

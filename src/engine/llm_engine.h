@@ -258,10 +258,10 @@ struct EngineStats {
   // number of drafting requests could pay at that load (nobody drafts or probes), requests
   // it chose by estimated gain, and re-probes.
   uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
-  // Forwards run without the drafter's layer captures (a closed step, or no request in the
-  // batch that can still draft), and requests whose drafting ended for good because rows of
-  // their context were computed without captures (in such a step, or reused from the
-  // prefix cache after one).
+  // Forwards run without the drafter's layer captures (the decode load alone closed for
+  // 32 steps in a row, or no request in the batch that can still draft), and requests whose
+  // drafting ended for good because rows of their context were computed without captures
+  // (in such a step, or reused from the prefix cache after one).
   uint64_t capture_skipped_steps = 0, drafting_retired = 0;
 };
 
@@ -332,12 +332,14 @@ class LLMEngine {
   // (see llm_engine.cpp). base_rows / base_tokens: what the step verifies and is expected to
   // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
   // proposals of the requests that took them), so drafting is priced at the step's real size.
-  std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens);
   // Whether some number of drafting requests could pay at this load with every draft
-  // accepted (full_block), and with half of each block (half_block).
+  // accepted (full_block; else the load is closed), and with half of each block (half_block).
   struct LoadPayoff {
     bool full_block = false, half_block = false;
   };
+  // load: the step's (load_payoff over every decoding request).
+  std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens,
+                                    const LoadPayoff& load);
   LoadPayoff load_payoff(int R, int base_rows, double base_tokens);
   // One batched drafter pass: commits the owners' pending context rows, proposes their
   // drafts into Sequence::prop. Touches only the owners' drafter state, so it may run on
@@ -405,8 +407,6 @@ class LLMEngine {
   LookupStats lookup_stats_;
   DrafterYield pop_yield_;
   uint64_t choice_clock_ = 0, last_probe_ = 0;
-  // choose_drafting's "could any k pay at full acceptance" for the last (R, B0, T0,
-  // max_drafts_) it was computed for.
   // load_payoff's last two results, by (R, rows, tokens, max drafts).
   struct PayoffMemo {
     std::tuple<int, int, double, int> key{-1, -1, 0.0, -1};
@@ -414,10 +414,7 @@ class LLMEngine {
   };
   PayoffMemo payoff_memo_[2];
   int payoff_next_ = 0;
-  bool half_block_pays_ = false;  // this step: half-accepted blocks could pay
-  bool closed_now_ = false;       // this step: no drafting could pay (nobody drafts or probes)
-  bool retire_now_ = false;       // the decode load alone has been closed long enough: skip captures, retire
-  int closed_streak_ = 0;         // consecutive steps the decode load alone was closed
+  int closed_streak_ = 0;  // consecutive steps the decode load alone was closed
   // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
   bool skip_captures_ = true;
   // Per block id: some row of the block was computed without the drafter's captures since

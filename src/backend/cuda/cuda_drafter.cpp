@@ -701,7 +701,7 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
     if (conf_) DSINFER_CUDA_CHECK(cudaMemcpyAsync(zh, z, NL * sizeof(float), cudaMemcpyDeviceToHost, st));
   };
   std::vector<DraftProposal> props(items.size());
-  const auto t_prep = std::chrono::steady_clock::now();
+  const auto t_prep = times_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (times_) DSINFER_CUDA_CHECK(cudaEventRecord(tev_[2], st));
   if (graph) {
     const std::pair<int, int> key{R, max_n};

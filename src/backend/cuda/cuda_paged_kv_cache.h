@@ -9,8 +9,9 @@
 // host-to-device copy of the mirror's rows bound since the last upload (the range from the
 // lowest to the highest such slot: at batch 1 one row of a few hundred bytes, not the whole
 // mirror, which is a quarter of a megabyte for 256 slots of 4096 tokens) into a device table
-// at a fixed address (so captured CUDA graphs replay against the current tables). The kernels address position p of slot s as
-// block table[s][p / block_size], row p % block_size (KVLayerView, cuda_kernels.h): the K/V
+// at a fixed address (so captured CUDA graphs replay against the current tables). The
+// kernels address position p of slot s as block table[s][p / block_size], row p %
+// block_size (KVLayerView, cuda_kernels.h): the K/V
 // store writes the new rows there and attention reads keys [0, pos] through it, for decode
 // rows and causal verify blocks alike. copy_block (copy-on-write, compaction moves) copies
 // the block's first n rows of every (layer, K/V, head) on the device. Lengths live on the
