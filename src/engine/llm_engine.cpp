@@ -58,6 +58,9 @@ constexpr double kGainSmoothing = 0.3;
 // Consecutive steps the decode load alone must close drafting before captures stop and
 // the batch is retired from drafting (LLMEngine::step).
 constexpr int kRetireAfterClosedSteps = 32;
+// "Closed" for retirement: no number of drafting requests could pay with this share of each
+// block accepted (LoadPayoff::most_block), unless the population measured more.
+constexpr double kRetireBlockShare = 0.75;
 // The population's gain estimate is the plain mean of its first kPopWindow measurements,
 // then an exponential mean over about that many (LLMEngine::step).
 constexpr double kPopWindow = 20.0;
@@ -674,6 +677,17 @@ LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_t
   LoadPayoff p;
   p.full_block = pays(max_drafts_);
   p.half_block = p.full_block && pays(0.5 * max_drafts_);
+  // For retirement every block length is tried (the verify policy may cut blocks short
+  // where rows cost more): could n <= max_drafts_ drafts per drafting request, kRetireBlockShare
+  // of them accepted, pay for some k?
+  p.most_block = p.full_block;
+  for (int k = 1; p.most_block && k <= R; ++k) {
+    bool any = false;
+    for (int n = 1; !any && n <= max_drafts_; ++n)
+      any = (T0 + k * kRetireBlockShare * n) / (draft_ms(k) + t_verify(B0 + k * n)) > plain;
+    if (any) break;
+    if (k == R) p.most_block = false;
+  }
   payoff_memo_[payoff_next_] = PayoffMemo{key, p};
   payoff_next_ ^= 1;
   return p;
@@ -1001,7 +1015,14 @@ bool LLMEngine::step() {
       // come and go from step to step, the concurrency does not), and only once it has
       // for kRetireAfterClosedSteps steps in a row: a short burst of requests must not end
       // speculation for good for the long generations running through it.
-      closed_streak_ = load_payoff(R, R, R).full_block ? 0 : closed_streak_ + 1;
+      // Closed here means even three quarters of every block accepted could not pay
+      // (most_block), not only a full block: a load where nothing short of every draft
+      // accepted pays (the H200 at concurrency 64 with the embedded models, where DSpark's
+      // blocks bring 3-4 of 8) otherwise kept the captures and paced probes for an option
+      // it never used, 3-4 % behind plain decoding. A population that measured more than
+      // that share keeps its drafting (retiring it would give up what it measured).
+      const bool pop_high = pop_measured_ > 0 && pop_gain_ >= kRetireBlockShare * max_drafts_;
+      closed_streak_ = load_payoff(R, R, R).most_block || pop_high ? 0 : closed_streak_ + 1;
       retire = skip_captures_ && closed_streak_ >= kRetireAfterClosedSteps;
     }
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens, load);
@@ -1268,7 +1289,7 @@ bool LLMEngine::step() {
   // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
   // when nobody in the batch can draft any more, and when the decode load alone has closed
   // drafting for kRetireAfterClosedSteps steps (no number of drafting requests could pay
-  // at this concurrency even with every draft accepted; `retire`): then every request
+  // at this concurrency even with three quarters of every block accepted; `retire`): then every request
   // in the batch is retired from drafting for good (its context would lack these rows),
   // and the blocks written are marked, so a later request reusing them from the prefix
   // cache does not draft either. Requests admitted once the load opens again draft as usual.

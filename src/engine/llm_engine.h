@@ -333,9 +333,11 @@ class LLMEngine {
   // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
   // proposals of the requests that took them), so drafting is priced at the step's real size.
   // Whether some number of drafting requests could pay at this load with every draft
-  // accepted (full_block; else the load is closed), and with half of each block (half_block).
+  // accepted (full_block; else the load is closed), with three quarters of each block
+  // (most_block: below it the load retires the batch from drafting, LLMEngine::step) and with
+  // half of each block (half_block).
   struct LoadPayoff {
-    bool full_block = false, half_block = false;
+    bool full_block = false, most_block = false, half_block = false;
   };
   // load: the step's (load_payoff over every decoding request).
   std::vector<bool> choose_drafting(const std::vector<Sequence*>& dec, int base_rows, double base_tokens,

@@ -438,8 +438,23 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   // barely); at the ~3-5 tokens the embedded drafter commits per block, nothing wins. A
   // probe then costs about 0.98 ms, so the pacing rule (3 % of a step) gives one every 16
   // steps; probes that keep finding nothing worth drafting must space out beyond that (each
-  // gap doubles, up to 16x). Lossless throughout.
+  // gap doubles, up to 16x). Lossless throughout. (At this load not even three quarters of
+  // a block could pay, so the engine would retire the batch from drafting after 32 steps,
+  // LoadsWhereOnlyFullBlocksPayRetireDrafting; the retirement is switched off here to
+  // watch the probes.)
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  struct KeepCaptures {
+    std::string old;
+    bool had = false;
+    KeepCaptures() {
+      if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES")) old = e, had = true;
+      setenv("DSINFER_ENGINE_SKIP_CAPTURES", "0", 1);
+    }
+    ~KeepCaptures() {
+      if (had) setenv("DSINFER_ENGINE_SKIP_CAPTURES", old.c_str(), 1);
+      else unsetenv("DSINFER_ENGINE_SKIP_CAPTURES");
+    }
+  } keep_captures;
   Fixture& f = fixture();
   const SpsTable sps = linear_sps(2.0, 0.01);
   EngineOptions o = dspark_options(16, 512);
@@ -571,6 +586,45 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   EXPECT_GT(reused.prompt_tokens_cached, fresh.prompt_tokens_cached) << "the prompt should hit the prefix cache";
   EXPECT_EQ(reused.drafting_retired, fresh.drafting_retired + 1);
   EXPECT_EQ(reused.drafted_tokens, fresh.drafted_tokens) << "a request reusing uncaptured blocks drafted";
+}
+
+TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
+  // Two requests where drafting pays only if (nearly) every draft is accepted: a verify of
+  // b rows costs 1 + 0.1 b ms, a drafter pass 3.5 ms per request. Plain decoding makes 2
+  // tokens per 1.2 ms (1.67 a ms); one request drafting a full block, 10 in 5.5 ms (1.82),
+  // two 18 in 9.8 (1.84), but with three quarters of each block accepted, at any block
+  // length, at most 1.45. So the drafting choice stays open (no closed step), yet after 32
+  // such steps the captures stop and both requests are retired. (Alone, a request drafts:
+  // 1 token per 1.1 ms plain against 7 in 5.4 ms.) Lossless throughout.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
+    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  Fixture& f = fixture();
+  ASSERT_EQ(f.dspark->info().max_draft_tokens, 8);
+  const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0 / 1.1}, {40, 1000.0 / 5.0}});
+  EngineOptions o = dspark_options(4, 64);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 3.5;
+  LLMEngine engine(*f.model, o);
+  constexpr int kTokens = 160;
+  StopConditions stop;
+  stop.max_tokens = kTokens;
+  std::map<size_t, std::vector<int32_t>> got;
+  for (size_t i = 0; i < 2; ++i) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop = stop;
+    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    engine.submit(std::move(req));
+  }
+  engine.run_until_idle();
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << "case " << i;
+  const EngineStats st = engine.stats();
+  EXPECT_EQ(st.choice_closed, 0u) << "a full block pays at this load: the drafting choice is open";
+  EXPECT_GT(st.capture_skipped_steps, 0u) << "three quarters of a block cannot pay: the captures should stop";
+  EXPECT_EQ(st.drafting_retired, 2u);
 }
 
 // The drafting choice keeps a population estimate across requests (gain, drafter yield, the
