@@ -388,7 +388,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
                    cell.step_ms - cell.draft_ms - cell.forward_ms);
       if (cell.choice_steps)
         std::fprintf(stderr,
-                     "            drafting choice: %llu steps, %llu closed (no k could pay), %.2f requests chosen "
+                     "            drafting choice: %llu steps, %llu closed (no k could pay at 3/4 of a block), %.2f requests chosen "
                      "per open step, %llu re-probes; %llu steps without captures, %llu requests retired from drafting\n",
                      static_cast<unsigned long long>(cell.choice_steps), static_cast<unsigned long long>(cell.choice_closed),
                      cell.choice_steps > cell.choice_closed

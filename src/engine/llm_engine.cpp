@@ -61,6 +61,8 @@ constexpr int kRetireAfterClosedSteps = 32;
 // "Closed" for retirement: no number of drafting requests could pay with this share of each
 // block accepted (LoadPayoff::most_block), unless the population measured more.
 constexpr double kRetireBlockShare = 0.75;
+// What an open step takes off the count of closed ones (LLMEngine::step).
+constexpr int kStreakDecay = 4;
 // The population's gain estimate is the plain mean of its first kPopWindow measurements,
 // then an exponential mean over about that many (LLMEngine::step).
 constexpr double kPopWindow = 20.0;
@@ -736,8 +738,9 @@ std::vector<bool> LLMEngine::choose_drafting(const std::vector<Sequence*>& dec, 
     for (size_t i = 0; i < dec.size(); ++i) dec[i]->skipped = choice[i] ? 0 : dec[i]->skipped + 1;
     return choice;
   };
-  // A closed load (load_payoff, from step()) decides nothing: nobody drafts or probes.
-  if (!load.full_block) {
+  // A closed load (load_payoff, from step(): not even three quarters of every block accepted
+  // could pay) decides nothing: nobody drafts or probes.
+  if (!load.most_block) {
     count_choice(true, 0, false);
     return settle(std::vector<bool>(dec.size(), false));
   }
@@ -1006,23 +1009,44 @@ bool LLMEngine::step() {
       for (float a : dec[r]->lookup_survival) base_tokens += a;
     }
     // The step's load payoff; open unless measured (choose_drafting then decides nothing).
-    LoadPayoff load{true, true};
+    LoadPayoff load{true, true, true};
     if (is_dspark_policy(opts_.policy) && draft_cost_known() && opts_.sps && !dec.empty()) {
       const int R = static_cast<int>(dec.size());
-      load = load_payoff(R, base_rows, base_tokens);
-      // Captures are skipped, and requests retired, only where the decode load alone (its
-      // anchors, without the lookup proposals of this step) closes drafting (lookup rows
-      // come and go from step to step, the concurrency does not), and only once it has
-      // for kRetireAfterClosedSteps steps in a row: a short burst of requests must not end
-      // speculation for good for the long generations running through it.
-      // Closed here means even three quarters of every block accepted could not pay
+      // A load is closed where even three quarters of every block accepted could not pay
       // (most_block), not only a full block: a load where nothing short of every draft
       // accepted pays (the H200 at concurrency 64 with the embedded models, where DSpark's
-      // blocks bring 3-4 of 8) otherwise kept the captures and paced probes for an option
-      // it never used, 3-4 % behind plain decoding. A population that measured more than
-      // that share keeps its drafting (retiring it would give up what it measured).
+      // blocks bring 3-4 of 8) otherwise kept probes, captures and first drafts going for an
+      // option it never used, 3-4 % behind plain decoding. A population that measured more
+      // than that share keeps the full-block criterion (closing would give up what it
+      // measured).
       const bool pop_high = pop_measured_ > 0 && pop_gain_ >= kRetireBlockShare * max_drafts_;
-      closed_streak_ = load_payoff(R, R, R).most_block || pop_high ? 0 : closed_streak_ + 1;
+      auto opened = [&](LoadPayoff p) {
+        if (pop_high) p.most_block = p.full_block;
+        return p;
+      };
+      load = opened(load_payoff(R, base_rows, base_tokens));
+      // The running load: every running request, those still prefilling included (they
+      // decode within a few steps). While a batch ramps up towards a closed concurrency
+      // (the H200 at 64, its prompts prefilled 512 tokens a step), its first requests
+      // otherwise drafted for the ramp's 30 steps, each first paying its prompt's context
+      // commit, and were retired right after: 2-3 % of such a run.
+      const int R_all = static_cast<int>(running_.size());
+      const LoadPayoff running_load = opened(load_payoff(R_all, R_all, R_all));
+      if (!running_load.most_block) load.most_block = load.half_block = false;
+      // Captures are skipped, and requests retired, only where the running load alone (its
+      // anchors, without the lookup proposals of this step) closes drafting (lookup rows
+      // come and go from step to step, the concurrency does not), and only once it has
+      // for kRetireAfterClosedSteps steps, net: a short burst of requests must not end
+      // speculation for good for the long generations running through it. An open step
+      // takes kStreakDecay off the count (capped at twice the threshold) rather than
+      // resetting it: at a closed concurrency a step or two between one wave of requests
+      // and the next (one fewer running before the next is admitted) reset it, and every
+      // wave paid its captures and 32 steps before retiring; a load that has really dropped
+      // reopens within 8 steps.
+      if (running_load.most_block)
+        closed_streak_ = std::max(0, closed_streak_ - kStreakDecay);
+      else
+        closed_streak_ = std::min(closed_streak_ + 1, 2 * kRetireAfterClosedSteps);
       retire = skip_captures_ && closed_streak_ >= kRetireAfterClosedSteps;
     }
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens, load);

@@ -141,11 +141,11 @@ EngineOptions dspark_options(int max_running = 16, int max_batch_tokens = 256) {
   return o;
 }
 
-// fixed, threshold 0.3, dspark (without and with a large per-request draft cost, which makes
-// the engine skip drafting for most requests on most steps: committed context piles up and
-// is flushed when a request drafts again) and dspark-async (budget K from two steps
-// earlier, top K by current survival): each exactly plain greedy. Returns the fixed run's
-// statistics.
+// fixed, threshold 0.3, dspark (without and with a per-request draft cost, which on a flat
+// verify curve makes the engine skip drafting for some requests on most steps: committed
+// context piles up and is flushed when a request drafts again) and dspark-async (budget K
+// from two steps earlier, top K by current survival): each exactly plain greedy. Returns
+// the fixed run's statistics.
 EngineStats expect_lossless_under_every_policy(EngineOptions o, const std::string& what) {
   const EngineStats fixed = expect_lossless(o, (what + " fixed").c_str());
   o.policy = VerifyPolicy::Threshold;
@@ -156,8 +156,13 @@ EngineStats expect_lossless_under_every_policy(EngineOptions o, const std::strin
   o.validation_threshold = 0.0f;
   o.sps = &sps;
   expect_lossless(o, (what + " dspark scheduler").c_str());
-  o.draft_ms_per_request = 5.0;
+  // 2 ms + 0.05 ms a row, 0.5 ms a drafting request: with 16 running, one request drafting a
+  // block pays at about 5 of 8 drafts accepted, so the choice stays open and picks some.
+  const SpsTable flat = linear_sps(2.0, 0.05);
+  o.sps = &flat;
+  o.draft_ms_per_request = 0.5;
   expect_lossless(o, (what + " dspark scheduler, drafting chosen per step").c_str());
+  o.sps = &sps;
   o.policy = VerifyPolicy::DSparkAsync;
   o.draft_ms_per_request = 0.0;
   expect_lossless(o, (what + " dspark-async scheduler").c_str());
@@ -431,16 +436,15 @@ TEST(LLMEngine, DSparkDraftingChoiceDraftsTogetherWhenThePassCostIsFlat) {
 }
 
 TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
-  // Drafting could pay here if every draft were accepted (so the choice stays open and
-  // re-probes), but not at the acceptance the drafter really has: a step costs 2 ms +
-  // 0.01 ms per verified token and a pass 0.9 ms per request. With 16 requests running,
-  // plain gives 16 / 2.16 ms; all drafting with 8 accepted drafts each, 144 / 17.8 ms (wins
-  // barely); at the ~3-5 tokens the embedded drafter commits per block, nothing wins. A
-  // probe then costs about 0.98 ms, so the pacing rule (3 % of a step) gives one every 16
-  // steps; probes that keep finding nothing worth drafting must space out beyond that (each
-  // gap doubles, up to 16x). Lossless throughout. (At this load not even three quarters of
-  // a block could pay, so the engine would retire the batch from drafting after 32 steps,
-  // LoadsWhereOnlyFullBlocksPayRetireDrafting; the retirement is switched off here to
+  // Drafting could pay here if three quarters of every block were accepted (so the choice
+  // stays open and re-probes), but not at the acceptance the drafter really has: a step
+  // costs 2 ms + 0.01 ms per verified token and a pass 0.72 ms per request. With 16
+  // requests running, plain gives 16 / 2.16 ms (7.41 a ms); one request drafting 8 with 6
+  // accepted, 22 / 2.96 ms (7.43); at the ~3-5 tokens the embedded drafter commits per
+  // block, nothing wins. A probe then costs about 0.8 ms, so the pacing rule (3 % of a step)
+  // gives one every 13 steps; probes that keep finding nothing worth drafting must space out
+  // beyond that (each gap doubles, up to 16x). Lossless throughout. (The engine could still
+  // retire the batch here if the probes' blocks ran low; the retirement is switched off to
   // watch the probes.)
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   struct KeepCaptures {
@@ -460,7 +464,7 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   EngineOptions o = dspark_options(16, 512);
   o.policy = VerifyPolicy::DSpark;
   o.sps = &sps;
-  o.draft_ms_per_request = 0.9;
+  o.draft_ms_per_request = 0.72;
   LLMEngine engine(*f.model, o);
   std::map<size_t, std::vector<int32_t>> got;
   const size_t n = std::min<size_t>(16, f.cases.size());
@@ -481,7 +485,7 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   std::printf("choice: %llu steps, %llu closed, %llu chosen, %llu probes\n",
               static_cast<unsigned long long>(st.choice_steps), static_cast<unsigned long long>(st.choice_closed),
               static_cast<unsigned long long>(st.choice_chosen), static_cast<unsigned long long>(st.choice_probes));
-  EXPECT_EQ(st.choice_closed, 0u) << "the choice should stay open (drafting could pay at full acceptance)";
+  EXPECT_EQ(st.choice_closed, 0u) << "the choice should stay open (drafting could pay at three quarters of a block)";
   EXPECT_GT(st.choice_probes, 1u);
   EXPECT_LT(st.choice_probes * 16 * 2, st.choice_steps) << "re-probes did not back off";
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
@@ -593,9 +597,9 @@ TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
   // b rows costs 1 + 0.1 b ms, a drafter pass 3.5 ms per request. Plain decoding makes 2
   // tokens per 1.2 ms (1.67 a ms); one request drafting a full block, 10 in 5.5 ms (1.82),
   // two 18 in 9.8 (1.84), but with three quarters of each block accepted, at any block
-  // length, at most 1.45. So the drafting choice stays open (no closed step), yet after 32
-  // such steps the captures stop and both requests are retired. (Alone, a request drafts:
-  // 1 token per 1.1 ms plain against 7 in 5.4 ms.) Lossless throughout.
+  // length, at most 1.45. So the drafting choice is closed at two, and after 32 such steps
+  // the captures stop and both requests are retired. (Alone, a request drafts: 1 token per
+  // 1.1 ms plain against 7 in 5.4 ms.) Lossless throughout.
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
     GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
@@ -622,7 +626,7 @@ TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
   for (size_t i = 0; i < 2; ++i)
     EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << "case " << i;
   const EngineStats st = engine.stats();
-  EXPECT_EQ(st.choice_closed, 0u) << "a full block pays at this load: the drafting choice is open";
+  EXPECT_GT(st.choice_closed, 0u) << "only a full block pays at two: the drafting choice should close";
   EXPECT_GT(st.capture_skipped_steps, 0u) << "three quarters of a block cannot pay: the captures should stop";
   EXPECT_EQ(st.drafting_retired, 2u);
 }
