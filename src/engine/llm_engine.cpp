@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 
@@ -61,6 +62,9 @@ constexpr int kRetireAfterClosedSteps = 32;
 // "Closed" for retirement: no number of drafting requests could pay with this share of each
 // block accepted (LoadPayoff::most_block), unless the population measured more.
 constexpr double kRetireBlockShare = 0.75;
+// How much better than plain decoding drafting at kRetireBlockShare must be for a load to
+// count as open (LLMEngine::load_payoff; DSINFER_ENGINE_OPEN_MARGIN overrides it for A/B runs).
+constexpr double kOpenMargin = 1.25;
 // What an open step takes off the count of closed ones (LLMEngine::step).
 constexpr int kStreakDecay = 4;
 // The population's gain estimate is the plain mean of its first kPopWindow measurements,
@@ -132,6 +136,14 @@ struct LLMEngine::Sequence {
 LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), opts_(opts) {
   if (env_switch("DSINFER_ENGINE_PHASES", false)) phases_ = std::make_unique<PhaseClock>();
   skip_captures_ = env_switch("DSINFER_ENGINE_SKIP_CAPTURES", true);
+  open_margin_ = kOpenMargin;
+  if (const char* m = std::getenv("DSINFER_ENGINE_OPEN_MARGIN")) {
+    char* end = nullptr;
+    const double v = std::strtod(m, &end);
+    if (end == m || *end != '\0' || !(v > 0.0) || v > 10.0)
+      throw Error(std::string("DSINFER_ENGINE_OPEN_MARGIN: expected a number in (0, 10], got '") + m + "'");
+    open_margin_ = v;
+  }
   if (model_.on_device()) {
     device_verifier_ = dynamic_cast<DeviceVerifier*>(&model_);
     if (device_verifier_ && !device_verifier_->verifies_on_device()) device_verifier_ = nullptr;
@@ -679,14 +691,20 @@ LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_t
   LoadPayoff p;
   p.full_block = pays(max_drafts_);
   p.half_block = p.full_block && pays(0.5 * max_drafts_);
-  // For retirement every block length is tried (the verify policy may cut blocks short
-  // where rows cost more): could n <= max_drafts_ drafts per drafting request, kRetireBlockShare
-  // of them accepted, pay for some k?
+  // Open (most_block): could n <= max_drafts_ drafts per drafting request, kRetireBlockShare
+  // of them accepted, beat plain decoding by open_margin_ (kOpenMargin) for some k? Every block length is
+  // tried (the verify policy cuts blocks short where rows cost more). The margin: where
+  // drafting could win only a few percent at that acceptance, what the cost model leaves out
+  // (the drafter's context commits, the captures, the curves' error) takes it back, and
+  // closing the load (no drafts, no captures once retired) is worth more (this CPU at
+  // concurrency 4, where drafting one request at that acceptance would gain 18 %: the choice
+  // drafted about one request a step, expecting 5-10 %, and the engine ran at 0.91-0.95x
+  // plain decoding).
   p.most_block = p.full_block;
   for (int k = 1; p.most_block && k <= R; ++k) {
     bool any = false;
     for (int n = 1; !any && n <= max_drafts_; ++n)
-      any = (T0 + k * kRetireBlockShare * n) / (draft_ms(k) + t_verify(B0 + k * n)) > plain;
+      any = (T0 + k * kRetireBlockShare * n) / (draft_ms(k) + t_verify(B0 + k * n)) > open_margin_ * plain;
     if (any) break;
     if (k == R) p.most_block = false;
   }

@@ -419,6 +419,7 @@ class LLMEngine {
   int closed_streak_ = 0;  // consecutive steps the decode load alone was closed
   // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
   bool skip_captures_ = true;
+  double open_margin_ = 1.0;  // kOpenMargin, or DSINFER_ENGINE_OPEN_MARGIN (set in the constructor)
   // Per block id: some row of the block was computed without the drafter's captures since
   // its first row was last written with them, so its feature rows are not the target's. A
   // request that reuses such a block from the prefix cache never drafts.

@@ -156,9 +156,10 @@ EngineStats expect_lossless_under_every_policy(EngineOptions o, const std::strin
   o.validation_threshold = 0.0f;
   o.sps = &sps;
   expect_lossless(o, (what + " dspark scheduler").c_str());
-  // 2 ms + 0.05 ms a row, 0.5 ms a drafting request: with 16 running, one request drafting a
-  // block pays at about 5 of 8 drafts accepted, so the choice stays open and picks some.
-  const SpsTable flat = linear_sps(2.0, 0.05);
+  // 2 ms + 0.01 ms a row, 0.5 ms a drafting request: with 16 running, all drafting blocks
+  // of 8 with 6 accepted would beat plain decoding by 27 %, so the choice stays open; it
+  // picks the requests whose blocks bring more than about 4.5 tokens.
+  const SpsTable flat = linear_sps(2.0, 0.01);
   o.sps = &flat;
   o.draft_ms_per_request = 0.5;
   expect_lossless(o, (what + " dspark scheduler, drafting chosen per step").c_str());
@@ -437,55 +438,41 @@ TEST(LLMEngine, DSparkDraftingChoiceDraftsTogetherWhenThePassCostIsFlat) {
 
 TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   // Drafting could pay here if three quarters of every block were accepted (so the choice
-  // stays open and re-probes), but not at the acceptance the drafter really has: a step
-  // costs 2 ms + 0.01 ms per verified token and a pass 0.72 ms per request. With 16
-  // requests running, plain gives 16 / 2.16 ms (7.41 a ms); one request drafting 8 with 6
-  // accepted, 22 / 2.96 ms (7.43); at the ~3-5 tokens the embedded drafter commits per
-  // block, nothing wins. A probe then costs about 0.8 ms, so the pacing rule (3 % of a step)
-  // gives one every 13 steps; probes that keep finding nothing worth drafting must space out
-  // beyond that (each gap doubles, up to 16x). Lossless throughout. (The engine could still
-  // retire the batch here if the probes' blocks ran low; the retirement is switched off to
-  // watch the probes.)
+  // stays open and re-probes), but not at the acceptance the drafter has: synthetic, each
+  // draft surviving with probability 0.5 (the benchmark mode; its output is not the
+  // target's, so this test checks the choice, not losslessness). A step costs 2 ms + 0.08 ms
+  // per verified token and a pass 0.2 ms per request. With 16 requests running, plain gives
+  // 16 / 3.28 ms (4.9 a ms); all drafting 8 with 6 accepted, 112 / 16.7 ms (6.7, 37 % better);
+  // at about one token per block, nothing wins. A probe then costs about 0.84 ms, so the
+  // pacing rule (3 % of a step) gives one every 9 steps; probes that keep finding nothing worth
+  // drafting must space out beyond that (each gap doubles, up to 16x).
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  struct KeepCaptures {
-    std::string old;
-    bool had = false;
-    KeepCaptures() {
-      if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES")) old = e, had = true;
-      setenv("DSINFER_ENGINE_SKIP_CAPTURES", "0", 1);
-    }
-    ~KeepCaptures() {
-      if (had) setenv("DSINFER_ENGINE_SKIP_CAPTURES", old.c_str(), 1);
-      else unsetenv("DSINFER_ENGINE_SKIP_CAPTURES");
-    }
-  } keep_captures;
   Fixture& f = fixture();
-  const SpsTable sps = linear_sps(2.0, 0.01);
+  const SpsTable sps = linear_sps(2.0, 0.08);
   EngineOptions o = dspark_options(16, 512);
   o.policy = VerifyPolicy::DSpark;
   o.sps = &sps;
-  o.draft_ms_per_request = 0.72;
+  o.draft_ms_per_request = 0.2;
+  o.synthetic_acceptance_rate = 0.5;
   LLMEngine engine(*f.model, o);
-  std::map<size_t, std::vector<int32_t>> got;
   const size_t n = std::min<size_t>(16, f.cases.size());
   constexpr int kTokens = 300;
+  int finished = 0;
   for (size_t i = 0; i < n; ++i) {
     EngineRequest req;
     req.prompt = f.cases[i].prompt;
     req.stop.max_tokens = kTokens;
-    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    req.on_event = [&finished](const RequestEvent& ev) { finished += ev.finished ? 1 : 0; };
     engine.submit(std::move(req));
   }
   engine.run_until_idle();
-  StopConditions stop;
-  stop.max_tokens = kTokens;
-  for (size_t i = 0; i < n; ++i)
-    EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids) << "request " << i;
+  EXPECT_EQ(finished, static_cast<int>(n));
   const EngineStats st = engine.stats();
   std::printf("choice: %llu steps, %llu closed, %llu chosen, %llu probes\n",
               static_cast<unsigned long long>(st.choice_steps), static_cast<unsigned long long>(st.choice_closed),
               static_cast<unsigned long long>(st.choice_chosen), static_cast<unsigned long long>(st.choice_probes));
   EXPECT_EQ(st.choice_closed, 0u) << "the choice should stay open (drafting could pay at three quarters of a block)";
+  EXPECT_EQ(st.drafting_retired, 0u);
   EXPECT_GT(st.choice_probes, 1u);
   EXPECT_LT(st.choice_probes * 16 * 2, st.choice_steps) << "re-probes did not back off";
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";

@@ -83,6 +83,16 @@ class CudaDraftSeq final : public DraftSequence {
 // cudaMallocHost is slow) is profiled apart from the steady-state passes.
 std::atomic<int64_t> g_growths{0};
 
+// A commit from the pool's feature rows runs as a graph up to this many rows (a step's
+// accepted rows; a prompt's whole commit runs once, eagerly), its row count padded to a
+// bucket: exact up to 8, then multiples of 8 up to 64, then of 32 (a few dozen graphs at most).
+constexpr int64_t kMaxCommitGraphRows = 512;
+int64_t commit_rows_bucket(int64_t n) {
+  if (n <= 8) return n;
+  if (n <= 64) return (n + 7) / 8 * 8;
+  return (n + 31) / 32 * 32;
+}
+
 // Grow-only device / pinned host buffers of the drafter's passes.
 template <typename T>
 struct DevBuf {
@@ -192,10 +202,20 @@ class CudaDeepSpecDrafter final : public Drafter {
   mutable std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   mutable std::map<std::pair<int, int>, int> graph_seen_;
   mutable int64_t graphs_growths_ = -1;
+  // CUDA graphs of the context commit from a device pool's feature rows, per padded row
+  // count (commit_rows_bucket) and pool: a commit was ~8 launches and three uploads, 50-65 us
+  // of host launching that the GPU waited on at every drafting step. Padding rows gather the
+  // pool's row 0 and store nothing (their buffer base is 0).
+  bool use_commit_graphs_ = true;  // DSINFER_CUDA_COMMIT_GRAPHS=0 turns them off (A/B)
+  mutable std::map<std::pair<int, const void*>, cudaGraphExec_t> commit_graphs_;
+  mutable std::map<std::pair<int, const void*>, int> commit_graph_seen_;
   void drop_graphs() const {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+    for (auto& [k, g] : commit_graphs_) cudaGraphExecDestroy(g);
     graphs_.clear();
     graph_seen_.clear();
+    commit_graphs_.clear();
+    commit_graph_seen_.clear();
   }
   cudaEvent_t staged_ = nullptr;         // recorded after a commit's uploads from pinned staging
   mutable bool staged_pending_ = false;  // a commit's uploads may still read the staging buffers
@@ -243,6 +263,12 @@ class CudaDeepSpecDrafter final : public Drafter {
   mutable PinBuf<float> feat_h_, z_h_, logits_h_, x_h_;
   mutable PinBuf<int32_t> meta_h_, ids_h_;
   mutable PinBuf<unsigned long long> bases_h_;
+  // The commit's own pinned staging (its uploads may still be pending when a propose pass
+  // writes its own), and device copies of it.
+  mutable PinBuf<int32_t> cmeta_h_;
+  mutable PinBuf<unsigned long long> cbases_h_;
+  mutable DevBuf<int32_t> cmeta_;
+  mutable DevBuf<unsigned long long> cbases_;
 };
 
 CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& target, const CudaTarget& ct,
@@ -265,6 +291,7 @@ CudaDeepSpecDrafter::CudaDeepSpecDrafter(const DraftConfig& cfg, const Model& ta
     for (cudaEvent_t& e : tev_) DSINFER_CUDA_CHECK(cudaEventCreate(&e));
   commit_sync_ = env_switch("DSINFER_CUDA_DRAFTER_COMMIT_SYNC", false);
   use_graphs_ = ct.graphs_enabled() && env_switch("DSINFER_CUDA_DRAFTER_GRAPHS", true);
+  use_commit_graphs_ = use_graphs_ && env_switch("DSINFER_CUDA_COMMIT_GRAPHS", true);
   device_features_ = env_switch("DSINFER_CUDA_DEVICE_FEATURES", true);
   window_ = opts.window_size >= 0 ? opts.window_size : cfg.context_window;
   if (D_ > 256 || D_ % 2 != 0)
@@ -498,12 +525,21 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   const int64_t growths0 = g_growths.load();
   cudaStream_t st = stream_->s;
   const int64_t H = H_, F = int64_t{m_} * H, NK = int64_t{NKV_} * D_, W = int64_t{L_} * 2 * NK;
+  // From a device pool the commit runs as a graph over the row count padded to a bucket
+  // (up to kMaxGraphRows: a prompt's whole commit runs once, eagerly).
+  const bool graph = use_commit_graphs_ && pool && !profile_ && C <= kMaxCommitGraphRows;
+  const int64_t Cr = C;
+  if (graph) C = commit_rows_bucket(C);
   const int n = static_cast<int>(C);
   wait_staging();
   if (times_) DSINFER_CUDA_CHECK(cudaEventRecord(tev_[0], st));
   float* fh = pool ? nullptr : feat_h_.need(C * F);
-  int32_t* mh = meta_h_.need(4 * C);  // pos | cap | store row | feature row in the pool
-  unsigned long long* bh = bases_h_.need(C);
+  int32_t* mh = cmeta_h_.need(4 * C);  // pos | cap | store row | feature row in the pool
+  unsigned long long* bh = cbases_h_.need(C);
+  for (int64_t r = Cr; r < C; ++r) {  // padding rows: position 0, no buffer, the pool's row 0
+    mh[r] = mh[C + r] = mh[2 * C + r] = mh[3 * C + r] = 0;
+    bh[r] = 0;
+  }
   {
     int64_t r = 0;
     for (const ContextBatchItem& it : items) {
@@ -527,30 +563,50 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
       r += it.count;
     }
   }
-  int32_t* meta = meta_.need(4 * C);
-  unsigned long long* bases = bases_.need(C);
+  int32_t* meta = cmeta_.need(4 * C);
+  unsigned long long* bases = cbases_.need(C);
   float* feat = pool ? nullptr : feat_.need(C * F);
-  if (!pool) DSINFER_CUDA_CHECK(cudaMemcpyAsync(feat, fh, C * F * sizeof(float), cudaMemcpyHostToDevice, st));
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, (pool ? 4 : 3) * C * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-  DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, C * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
-  DSINFER_CUDA_CHECK(cudaEventRecord(staged_, st));
-  staged_pending_ = true;
   bf16* fb = feat_bf_.need(C * F);
-  // Host rows are rounded here; the pool's rows were rounded the same way when stored.
-  if (pool) gather_feature_rows(pool->feature_plane(), F, meta + 3 * C, n, fb, st);
-  else f32_to_bf16_n(feat, C * F, fb, st);
-  // ctx = fc(features); hidden_norm(ctx) is fused into the k|v GEMM of every layer at once.
   float* ctx = ctx_.need(C * H);
-  gemm_->run(GemmInput::bf16_rows(fb, F), fc_, H_, static_cast<int>(F), ctx, H, n, false, nullptr, st);
   float* cs = cos_.need(C * (D_ / 2));
   float* sn = sin_.need(C * (D_ / 2));
-  rope_table(inv_freq_, D_ / 2, meta, n, attention_factor_, cs, sn, st);
   float* kv = kvrows_.need(C * W);
-  gemm_->run(GemmInput::rmsnorm_rows(ctx, H, hidden_norm_, eps_), kv_all_, static_cast<int>(W), H_, kv, W, n, false,
-             hb_.need(C * H), st);
-  if (kv_bias_all_) add_bias_rows(kv, W, n, static_cast<int>(W), kv_bias_all_, st);
-  draft_qkv_store(kv, W, n, L_, 2 * NK, 0, 0, NKV_, D_, L_, q_norm_all_, k_norm_all_, eps_, cs, sn,
-                  DraftRowDst{bases, meta + C, meta + 2 * C}, nullptr, st);
+  bf16* hb = hb_.need(C * H);
+  if (!pool) DSINFER_CUDA_CHECK(cudaMemcpyAsync(feat, fh, C * F * sizeof(float), cudaMemcpyHostToDevice, st));
+  auto enqueue = [&] {
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(meta, mh, (pool ? 4 : 3) * C * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    DSINFER_CUDA_CHECK(cudaMemcpyAsync(bases, bh, C * sizeof(unsigned long long), cudaMemcpyHostToDevice, st));
+    // Host rows are rounded here; the pool's rows were rounded the same way when stored.
+    if (pool) gather_feature_rows(pool->feature_plane(), F, meta + 3 * C, n, fb, st);
+    else f32_to_bf16_n(feat, C * F, fb, st);
+    // ctx = fc(features); hidden_norm(ctx) is fused into the k|v GEMM of every layer at once.
+    gemm_->run(GemmInput::bf16_rows(fb, F), fc_, H_, static_cast<int>(F), ctx, H, n, false, nullptr, st);
+    rope_table(inv_freq_, D_ / 2, meta, n, attention_factor_, cs, sn, st);
+    gemm_->run(GemmInput::rmsnorm_rows(ctx, H, hidden_norm_, eps_), kv_all_, static_cast<int>(W), H_, kv, W, n, false,
+               hb, st);
+    if (kv_bias_all_) add_bias_rows(kv, W, n, static_cast<int>(W), kv_bias_all_, st);
+    draft_qkv_store(kv, W, n, L_, 2 * NK, 0, 0, NKV_, D_, L_, q_norm_all_, k_norm_all_, eps_, cs, sn,
+                    DraftRowDst{bases, meta + C, meta + 2 * C}, nullptr, st);
+  };
+  if (graph) {
+    // Every buffer is sized above, so a capture never grows one; a growth since the graphs
+    // were made (here or in a propose pass) drops them all.
+    if (g_growths.load() != graphs_growths_) {
+      drop_graphs();
+      graphs_growths_ = g_growths.load();
+    }
+    const std::pair<int, const void*> key{n, pool->feature_plane()};
+    auto it = commit_graphs_.find(key);
+    if (it == commit_graphs_.end() && commit_graph_seen_[key]++ >= 1)
+      it = commit_graphs_.emplace(key, capture_graph(st, enqueue, "cudaGraphInstantiate (drafter commit)")).first;
+    if (it != commit_graphs_.end()) DSINFER_CUDA_CHECK(cudaGraphLaunch(it->second, st));
+    else enqueue();
+  } else {
+    enqueue();
+  }
+  // The staging is read by the uploads at the start of what was just enqueued.
+  DSINFER_CUDA_CHECK(cudaEventRecord(staged_, st));
+  staged_pending_ = true;
   for (const ContextBatchItem& it : items) {
     if (it.count == 0) continue;
     CudaDraftSeq& s = as_seq(*it.seq);
@@ -598,7 +654,6 @@ std::vector<DraftProposal> CudaDeepSpecDrafter::propose_batch(const std::vector<
   // int32 meta: tok | pos | cap_row | dst_row | item (T each) | cap | key_begin | n_keys |
   // anchor (R each) | lm rows (NL); u64: base per row (T) | base per item (R).
   const int64_t nm = 5 * int64_t{T} + 4 * int64_t{R} + NL;
-  wait_staging();
   int32_t* mh = meta_h_.need(nm);
   unsigned long long* bh = bases_h_.need(T + R);
   int32_t *tok = mh, *pos = mh + T, *cap_row = mh + 2 * T, *dst_row = mh + 3 * T, *item = mh + 4 * T;

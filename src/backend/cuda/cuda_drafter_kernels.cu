@@ -57,9 +57,10 @@ __global__ void qkv_store_kernel(const float* __restrict__ src, int64_t ld, int 
   const int idx = blockIdx.y * (blockDim.x >> 5) + (threadIdx.x >> 5);
   const int r = blockIdx.x;
   if (idx >= layers * per_layer || r >= T) return;
+  bf16* buf = reinterpret_cast<bf16*>(dst.base[r]);
+  if (!buf) return;  // a padding row (a commit graph's rows past the real ones): no q, k or v
   const int ll = idx / per_layer, head = idx % per_layer, l = first_layer + ll;
   const float* s = src + r * ld + ll * layer_stride + static_cast<int64_t>(head) * D;
-  bf16* buf = reinterpret_cast<bf16*>(dst.base[r]);
   const int cap = dst.cap[r], row = dst.dst[r];
   if (head >= NQ + NKV) {  // v: straight to the buffer
     bf16* d = buf + seg_offset(l, 1, head - NQ - NKV, NKV, cap, row, D);
