@@ -1223,10 +1223,13 @@ bool LLMEngine::step() {
     // The step pays the drafter pass of its drafting requests, unless it was prefetched
     // (then it overlaps the forward and only verify rows cost).
     const int drafting = async ? 0 : static_cast<int>(job.owners.size());
-    if (draft_cost_known() && drafting > 0)
-      sched = schedule_greedy(survivals, sps_with_drafting(*opts_.sps, draft_ms(drafting)), caps);
-    else
+    if (draft_cost_known() && drafting > 0) {
+      auto it = drafting_sps_.find(drafting);
+      if (it == drafting_sps_.end()) it = drafting_sps_.emplace(drafting, sps_with_drafting(*opts_.sps, draft_ms(drafting))).first;
+      sched = schedule_greedy(survivals, it->second, caps);
+    } else {
       sched = schedule_greedy(survivals, *opts_.sps, caps);
+    }
   } else if (opts_.policy == VerifyPolicy::DSparkAsync) {
     // K from two steps earlier, top K by current survival. With a draft cost the curve is
     // the verify-only one: K trades verify rows only, the drafting choice already paid.

@@ -416,7 +416,11 @@ class LLMEngine {
   };
   PayoffMemo payoff_memo_[2];
   int payoff_next_ = 0;
-  int closed_streak_ = 0;  // consecutive steps the decode load alone was closed
+  int closed_streak_ = 0;  // closed steps of the running load, net (see step())
+  // The dspark scheduler's curve with k requests' drafter pass added (sps_with_drafting),
+  // per k: building it (a dense table over every batch size profiled, 1152 on the H200) was
+  // most of the 8-10 us the scheduler took per step.
+  std::map<int, SpsTable> drafting_sps_;
   // DSINFER_ENGINE_SKIP_CAPTURES=0 (an A/B switch): capture on every step, retire nobody.
   bool skip_captures_ = true;
   double open_margin_ = 1.0;  // kOpenMargin, or DSINFER_ENGINE_OPEN_MARGIN (set in the constructor)
