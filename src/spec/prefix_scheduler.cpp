@@ -331,8 +331,13 @@ ScheduleResult fixed_lengths(const ScheduleCaps& caps) {
 
 ScheduleResult AsyncPrefixScheduler::step(const Survivals& survivals, const ScheduleCaps& caps) {
   ScheduleResult res;
+  int drafting = 0;
+  for (const auto& a : survivals) drafting += a.empty() ? 0 : 1;
   if (next_budget_.has_value()) {
-    res = schedule_topk(survivals, *next_budget_, caps, &sps_);
+    const int k = next_drafting_ > 0 && drafting != next_drafting_
+                      ? static_cast<int>(std::lround(static_cast<double>(*next_budget_) * drafting / next_drafting_))
+                      : *next_budget_;
+    res = schedule_topk(survivals, k, caps, &sps_);
   } else {
     res = schedule_greedy(survivals, sps_, caps);
     res.fallback = true;
@@ -342,12 +347,12 @@ ScheduleResult AsyncPrefixScheduler::step(const Survivals& survivals, const Sche
   // A step without any draft says nothing about the budget (K would be 0 and, two steps
   // later, would veto every draft, so nothing would ever be learned again): that step's
   // successor falls back to schedule_greedy instead.
-  bool any_draft = false;
-  for (const auto& a : survivals) any_draft = any_draft || !a.empty();
   std::optional<int> k;
-  if (any_draft) k = budget_global(survivals, sps_, caps).draft_tokens;
+  if (drafting > 0) k = budget_global(survivals, sps_, caps).draft_tokens;
   next_budget_ = after_next_budget_;
   after_next_budget_ = k;
+  next_drafting_ = after_next_drafting_;
+  after_next_drafting_ = drafting;
   ++steps_;
   return res;
 }
@@ -358,6 +363,7 @@ void AsyncPrefixScheduler::reset() {
   steps_ = 0;
   next_budget_.reset();
   after_next_budget_.reset();
+  next_drafting_ = after_next_drafting_ = 0;
 }
 
 }  // namespace dsinfer

@@ -173,9 +173,12 @@ class AsyncPrefixScheduler {
   explicit AsyncPrefixScheduler(SpsTable sps) : sps_(std::move(sps)) {}
 
   // Schedules the current step and records its survivals/caps for step + 2. A step whose
-  // survivals hold no draft at all records no budget (step + 2 falls back to greedy).
+  // survivals hold no draft at all records no budget (step + 2 falls back to greedy). The
+  // budget K from step − 2 is scaled by how many requests have drafts now against then
+  // (rounded to the nearest token).
   ScheduleResult step(const Survivals& survivals, const ScheduleCaps& caps = {});
-  // K the next step() will use (nullopt: the next step falls back to schedule_greedy).
+  // K from two steps back, as recorded (nullopt: the next step falls back to
+  // schedule_greedy); step() scales it by the requests with drafts.
   std::optional<int> upcoming_budget() const;
   int64_t steps() const { return steps_; }
   // Forgets the history (e.g. after the batch is drained); the next two steps fall back.
@@ -189,6 +192,11 @@ class AsyncPrefixScheduler {
   // after_next_budget_ = K_{t+1} (from step t−1's). Computing K as soon as a step's
   // survivals are known is what the pipelined engine does in the background.
   std::optional<int> next_budget_, after_next_budget_;
+  // How many requests had drafts in the step each budget came from: step() scales K by the
+  // requests with drafts now against then (the engine's drafting choice changes that set
+  // from step to step; a K from one drafting request spread over seven starved them all,
+  // and the gains they measured then kept the batch from drafting).
+  int next_drafting_ = 0, after_next_drafting_ = 0;
 };
 
 }  // namespace dsinfer
