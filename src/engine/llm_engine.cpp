@@ -56,11 +56,12 @@ namespace {
 constexpr int kMinPromptTokens = 64;
 // Weight of a new drafting step in a request's smoothed gain estimate (choose_drafting).
 constexpr double kGainSmoothing = 0.3;
-// Consecutive steps the decode load alone must close drafting before captures stop and
-// the batch is retired from drafting (LLMEngine::step).
+// Closed steps of the running load (net of open ones) before captures stop and the batch
+// is retired from drafting (LLMEngine::step).
 constexpr int kRetireAfterClosedSteps = 32;
-// "Closed" for retirement: no number of drafting requests could pay with this share of each
-// block accepted (LoadPayoff::most_block), unless the population measured more.
+// A load is closed (for the drafting choice and for retirement) where no number of drafting
+// requests could pay with this share of each block accepted, by kOpenMargin
+// (LoadPayoff::most_block), unless the population measured more.
 constexpr double kRetireBlockShare = 0.75;
 // How much better than plain decoding drafting at kRetireBlockShare must be for a load to
 // count as open (LLMEngine::load_payoff; DSINFER_ENGINE_OPEN_MARGIN overrides it for A/B runs).
@@ -692,8 +693,8 @@ LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_t
   p.full_block = pays(max_drafts_);
   p.half_block = p.full_block && pays(0.5 * max_drafts_);
   // Open (most_block): could n <= max_drafts_ drafts per drafting request, kRetireBlockShare
-  // of them accepted, beat plain decoding by open_margin_ (kOpenMargin) for some k? Every block length is
-  // tried (the verify policy cuts blocks short where rows cost more). The margin: where
+  // of them accepted, beat plain decoding by open_margin_ (kOpenMargin) for some k? Every
+  // block length is tried (the verify policy cuts blocks short where rows cost more). The margin: where
   // drafting could win only a few percent at that acceptance, what the cost model leaves out
   // (the drafter's context commits, the captures, the curves' error) takes it back, and
   // closing the load (no drafts, no captures once retired) is worth more (this CPU at
@@ -1332,9 +1333,9 @@ bool LLMEngine::step() {
   }
 
   // The drafter's layer captures cost a few percent of a large batch's forward. Skipped
-  // when nobody in the batch can draft any more, and when the decode load alone has closed
-  // drafting for kRetireAfterClosedSteps steps (no number of drafting requests could pay
-  // at this concurrency even with three quarters of every block accepted; `retire`): then every request
+  // when nobody in the batch can draft any more, and when the running load has closed
+  // drafting for kRetireAfterClosedSteps steps, net (no number of drafting requests could pay
+  // at this concurrency with three quarters of every block accepted; `retire`): then every request
   // in the batch is retired from drafting for good (its context would lack these rows),
   // and the blocks written are marked, so a later request reusing them from the prefix
   // cache does not draft either. Requests admitted once the load opens again draft as usual.

@@ -333,9 +333,9 @@ class LLMEngine {
   // commit whatever is drafted (every decoding request's anchor, and the lookup-assist
   // proposals of the requests that took them), so drafting is priced at the step's real size.
   // Whether some number of drafting requests could pay at this load with every draft
-  // accepted (full_block; else the load is closed), with three quarters of each block
-  // (most_block: below it the load retires the batch from drafting, LLMEngine::step) and with
-  // half of each block (half_block).
+  // accepted (full_block), with three quarters of each block by a margin (most_block: else
+  // the load is closed: nobody drafts, and a closed running load retires the batch from
+  // drafting, LLMEngine::step) and with half of each block (half_block).
   struct LoadPayoff {
     bool full_block = false, most_block = false, half_block = false;
   };
