@@ -152,7 +152,7 @@ struct Cell {
   uint64_t steps = 0;
   double step_ms = 0, draft_ms = 0, forward_ms = 0;
   uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
-  uint64_t capture_skipped_steps = 0, drafting_retired = 0;
+  uint64_t capture_skipped_steps = 0, drafting_retired = 0, drafting_rearmed = 0;
   // Over --repeat runs: how many, and the range of output tok/s.
   int runs = 1;
   double out_tok_s_min = 0, out_tok_s_max = 0;
@@ -370,6 +370,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       cell.choice_probes = st.choice_probes;
       cell.capture_skipped_steps = st.capture_skipped_steps;
       cell.drafting_retired = st.drafting_retired;
+      cell.drafting_rearmed = st.drafting_rearmed;
       if (st.steps) {
         const double k = 1e3 / static_cast<double>(st.steps);
         cell.step_ms = st.step_seconds * k;
@@ -389,14 +390,16 @@ int run_bench_engine(const BenchEngineArgs& a) {
       if (cell.choice_steps)
         std::fprintf(stderr,
                      "            drafting choice: %llu steps, %llu closed (no k could pay at 3/4 of a block), %.2f requests chosen "
-                     "per open step, %llu re-probes; %llu steps without captures, %llu requests retired from drafting\n",
+                     "per open step, %llu re-probes; %llu steps without captures, %llu requests retired from drafting, "
+                     "%llu re-armed\n",
                      static_cast<unsigned long long>(cell.choice_steps), static_cast<unsigned long long>(cell.choice_closed),
                      cell.choice_steps > cell.choice_closed
                          ? static_cast<double>(cell.choice_chosen) / static_cast<double>(cell.choice_steps - cell.choice_closed)
                          : 0.0,
                      static_cast<unsigned long long>(cell.choice_probes),
                      static_cast<unsigned long long>(cell.capture_skipped_steps),
-                     static_cast<unsigned long long>(cell.drafting_retired));
+                     static_cast<unsigned long long>(cell.drafting_retired),
+                     static_cast<unsigned long long>(cell.drafting_rearmed));
     }
 
   const std::vector<Cell> cells = median_cells(runs);
@@ -418,7 +421,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
                             {"step_draft_ms", c.draft_ms}, {"step_forward_ms", c.forward_ms},
                             {"choice_steps", c.choice_steps}, {"choice_closed", c.choice_closed},
                             {"choice_chosen", c.choice_chosen}, {"choice_probes", c.choice_probes},
-                            {"capture_skipped_steps", c.capture_skipped_steps}, {"drafting_retired", c.drafting_retired},
+                            {"capture_skipped_steps", c.capture_skipped_steps}, {"drafting_retired", c.drafting_retired}, {"drafting_rearmed", c.drafting_rearmed},
                             {"runs", c.runs},
                             {"output_tokens_per_s_min", c.out_tok_s_min}, {"output_tokens_per_s_max", c.out_tok_s_max}});
     std::printf("%s\n", j.dump(1).c_str());

@@ -100,7 +100,13 @@ struct LLMEngine::Sequence {
   bool decoding = false;   // prompt done; anchor holds the next token to verify
   int32_t anchor = 0;
   std::unique_ptr<DraftSequence> draft;
-  // Committed positions not yet given to the drafter: [draft->context_length(), + size).
+  // The position of the drafter context's first row: 0, or where drafting was re-armed
+  // after a retirement (its context then starts there; RoPE sees only differences).
+  int draft_base = 0;
+  // Retired from drafting (a closed load, or prefix blocks without captures): re-armed from
+  // its current position once the running load has been open for a while (LLMEngine::step).
+  bool rearmable = false;
+  // Committed positions not yet given to the drafter: [draft_base + draft->context_length(), + size).
   // Their captured target rows are in the feature store; a drafter pass gathers them.
   std::vector<int32_t> pending_tokens;
   Rng rng;
@@ -440,6 +446,8 @@ void LLMEngine::admit() {
       if (!uncaptured_.empty())
         for (int b = 0; b < ar.cached_tokens / bs && captured; ++b)
           captured = uncaptured_[static_cast<size_t>(s.table.blocks()[static_cast<size_t>(b)])] == 0;
+      s.draft_base = 0;
+      s.rearmable = !captured;
       if (captured) {
         s.draft = opts_.drafter->start();
         s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
@@ -1070,6 +1078,27 @@ bool LLMEngine::step() {
     }
     const std::vector<bool> chosen = choose_drafting(candidates, base_rows, base_tokens, load);
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
+    if (skip_captures_ && opts_.drafter && closed_streak_ == 0 && is_dspark_policy(opts_.policy)) {
+      // The running load has been open for kRetireAfterClosedSteps / kStreakDecay steps or
+      // more: requests retired from drafting get a fresh drafter context from their current
+      // position (this step's anchor, captured from now on), as a sliding drafter window
+      // would have left them; they are candidates from the next step, priced like requests
+      // never measured. (Before, a request that lived through a closed load never drafted
+      // again, however long it ran on.)
+      for (Sequence* s : dec)
+        if (!s->draft && s->rearmable && !s->finished) {
+          s->draft = opts_.drafter->start();
+          s->draft_base = kv_->length(s->slot);
+          s->pending_tokens.clear();
+          s->rearmable = false;
+          s->last_gain = 1e30;
+          s->gain_steps = 0;
+          s->skipped = 0;
+          s->window_applied = 0;
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.drafting_rearmed++;
+        }
+    }
   }
   if (phases_) phases_->lap(1);
   // One batched drafter pass for all drafting requests: first their pending committed
@@ -1104,10 +1133,10 @@ bool LLMEngine::step() {
         // table (the sequence's own may grow while an async pass runs).
         c.feature_blocks = j.feature_tables.emplace_back(s.table.blocks().begin(), s.table.blocks().end()).data();
         c.feature_cache = kv_.get();
-        c.feature_first = s.draft->context_length();
+        c.feature_first = s.draft_base + s.draft->context_length();
       } else if (feat_) {
         draft_hidden_.resize(draft_hidden_.size() + static_cast<size_t>(n_rows) * feat_);
-        gather_features(s.table.blocks(), s.draft->context_length(), n_rows,
+        gather_features(s.table.blocks(), s.draft_base + s.draft->context_length(), n_rows,
                         draft_hidden_.data() + j.hidden_at.back());
       }
       j.commits.push_back(c);
@@ -1353,6 +1382,7 @@ bool LLMEngine::step() {
       if (s->draft) {
         s->draft.reset();
         s->pending_tokens.clear();
+        s->rearmable = true;
         stats_.drafting_retired++;
       }
   }

@@ -258,11 +258,12 @@ struct EngineStats {
   // number of drafting requests could pay at that load (nobody drafts or probes), requests
   // it chose by estimated gain, and re-probes.
   uint64_t choice_steps = 0, choice_closed = 0, choice_chosen = 0, choice_probes = 0;
-  // Forwards run without the drafter's layer captures (the decode load alone closed for
-  // 32 steps in a row, or no request in the batch that can still draft), and requests whose
-  // drafting ended for good because rows of their context were computed without captures
-  // (in such a step, or reused from the prefix cache after one).
-  uint64_t capture_skipped_steps = 0, drafting_retired = 0;
+  // Forwards run without the drafter's layer captures (the running load closed for 32
+  // steps, net, or no request in the batch that can still draft); requests whose drafting
+  // ended because rows of their context were computed without captures (in such a step, or
+  // reused from the prefix cache after one); and such requests re-armed with a fresh drafter
+  // context from their current position once the load had reopened.
+  uint64_t capture_skipped_steps = 0, drafting_retired = 0, drafting_rearmed = 0;
 };
 
 class LLMEngine {

@@ -234,6 +234,9 @@ std::string ServerMetrics::render(const EngineStats& st, const std::string& mode
   counter(out, "dsinfer_drafting_retired_total",
           "Requests retired from drafting because rows of their context were computed without captures",
           static_cast<double>(st.drafting_retired));
+  counter(out, "dsinfer_drafting_rearmed_total",
+          "Retired requests given a fresh drafter context from their current position once the load reopened",
+          static_cast<double>(st.drafting_rearmed));
   counter(out, "dsinfer_config_changes_total", "Accepted POST /api/v1/config/dflash", static_cast<double>(config_changes_));
 
   // KV memory: the engine's paged block pool (engine/block_pool.h).

@@ -568,7 +568,9 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   EXPECT_GT(fresh.accepted_draft_tokens, four.accepted_draft_tokens) << "a request after the closed period should draft";
   EXPECT_EQ(fresh.drafting_retired, four.drafting_retired);
   // The last of the four prompts again: its blocks come from the prefix cache, some written
-  // without captures, so it must not draft (its drafter context would lack those rows).
+  // without captures, so it cannot draft over its prompt (its drafter context would lack
+  // those rows): it is retired at admission, and alone (an open load) re-armed at its first
+  // decoding step with a drafter context from there on.
   got.erase(pick[3]);
   submit(pick[3]);
   engine.run_until_idle();
@@ -576,7 +578,51 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   const EngineStats reused = engine.stats();
   EXPECT_GT(reused.prompt_tokens_cached, fresh.prompt_tokens_cached) << "the prompt should hit the prefix cache";
   EXPECT_EQ(reused.drafting_retired, fresh.drafting_retired + 1);
-  EXPECT_EQ(reused.drafted_tokens, fresh.drafted_tokens) << "a request reusing uncaptured blocks drafted";
+  EXPECT_EQ(reused.drafting_rearmed, fresh.drafting_rearmed + 1) << "alone, the request should be re-armed";
+  EXPECT_GT(reused.drafted_tokens, fresh.drafted_tokens) << "the re-armed request should draft";
+}
+
+TEST(LLMEngine, RetiredRequestsAreReArmedOnceTheLoadReopens) {
+  // The load of CapturesStopWhereDraftingCannotPay...: one request alone drafts profitably,
+  // two or more cannot. Three run; after 32 closed steps all are retired. Two are short and
+  // finish; the long one runs on alone, and once the load has been open for 16 steps it gets
+  // a fresh drafter context from its position then and drafts again. Lossless throughout.
+  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
+  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
+    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  Fixture& f = fixture();
+  const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0}, {9, 1000.0}, {10, 10.0}});
+  EngineOptions o = dspark_options(4, 64);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = 0.5;
+  LLMEngine engine(*f.model, o);
+  std::map<size_t, std::vector<int32_t>> got;
+  const std::pair<size_t, int> reqs[] = {{0, 200}, {1, 48}, {2, 48}};
+  for (const auto& [i, n] : reqs) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = n;
+    req.on_event = [&got, i](const RequestEvent& ev) { got[i].insert(got[i].end(), ev.new_ids.begin(), ev.new_ids.end()); };
+    engine.submit(std::move(req));
+  }
+  uint64_t accepted_when_alone = 0;
+  bool alone = false;
+  while (engine.step())
+    if (!alone && engine.stats().requests_finished == 2) {
+      alone = true;
+      accepted_when_alone = engine.stats().accepted_draft_tokens;
+      EXPECT_EQ(engine.stats().drafting_retired, 3u) << "the three requests should have been retired";
+    }
+  for (const auto& [i, n] : reqs) {
+    StopConditions st;
+    st.max_tokens = n;
+    EXPECT_EQ(got[i], generate(*f.model, nullptr, f.cases[i].prompt, SamplingParams{}, st).ids) << "case " << i;
+  }
+  const EngineStats st = engine.stats();
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(st.drafting_rearmed, 1u) << "the long request should be re-armed once alone";
+  EXPECT_GT(st.accepted_draft_tokens, accepted_when_alone) << "the re-armed request should draft and be accepted";
 }
 
 TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
