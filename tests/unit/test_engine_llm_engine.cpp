@@ -625,6 +625,27 @@ TEST(LLMEngine, RetiredRequestsAreReArmedOnceTheLoadReopens) {
   EXPECT_GT(st.accepted_draft_tokens, accepted_when_alone) << "the re-armed request should draft and be accepted";
 }
 
+TEST(LLMEngine, BadOpenMarginIsRefusedByName) {
+  // DSINFER_ENGINE_OPEN_MARGIN (an A/B knob) takes a number in (0, 10]; anything else is a
+  // one-line error naming it, at construction.
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  const char* old = std::getenv("DSINFER_ENGINE_OPEN_MARGIN");
+  const std::string saved = old ? old : "";
+  for (const char* bad : {"abc", "0", "-1", "1.5x", "11"}) {
+    setenv("DSINFER_ENGINE_OPEN_MARGIN", bad, 1);
+    try {
+      LLMEngine engine(*fixture().model, EngineOptions{});
+      ADD_FAILURE() << "accepted DSINFER_ENGINE_OPEN_MARGIN=" << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DSINFER_ENGINE_OPEN_MARGIN"), std::string::npos) << e.what();
+    }
+  }
+  setenv("DSINFER_ENGINE_OPEN_MARGIN", "1.0", 1);
+  EXPECT_NO_THROW(LLMEngine(*fixture().model, EngineOptions{}));
+  if (old) setenv("DSINFER_ENGINE_OPEN_MARGIN", saved.c_str(), 1);
+  else unsetenv("DSINFER_ENGINE_OPEN_MARGIN");
+}
+
 TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
   // Two requests where drafting pays only if (nearly) every draft is accepted: a verify of
   // b rows costs 1 + 0.1 b ms, a drafter pass 3.5 ms per request. Plain decoding makes 2
