@@ -103,9 +103,6 @@ struct LLMEngine::Sequence {
   // The position of the drafter context's first row: 0, or where drafting was re-armed
   // after a retirement (its context then starts there; RoPE sees only differences).
   int draft_base = 0;
-  // Retired from drafting (a closed load, or prefix blocks without captures): re-armed from
-  // its current position once the running load has been open for a while (LLMEngine::step).
-  bool rearmable = false;
   // Committed positions not yet given to the drafter: [draft_base + draft->context_length(), + size).
   // Their captured target rows are in the feature store; a drafter pass gathers them.
   std::vector<int32_t> pending_tokens;
@@ -441,13 +438,13 @@ void LLMEngine::admit() {
     if (opts_.drafter) {
       // The drafter still gets the whole context: the cached positions' captured target
       // rows are in the feature store, written when those blocks were computed, unless a
-      // block was computed without captures (uncaptured_): then this request never drafts.
+      // block was computed without captures (uncaptured_): then it starts retired (no
+      // drafter state) and is re-armed from a later position (LLMEngine::step).
       bool captured = true;
       if (!uncaptured_.empty())
         for (int b = 0; b < ar.cached_tokens / bs && captured; ++b)
           captured = uncaptured_[static_cast<size_t>(s.table.blocks()[static_cast<size_t>(b)])] == 0;
       s.draft_base = 0;
-      s.rearmable = !captured;
       if (captured) {
         s.draft = opts_.drafter->start();
         s.pending_tokens.assign(s.context.begin(), s.context.begin() + ar.cached_tokens);
@@ -1064,7 +1061,7 @@ bool LLMEngine::step() {
       // anchors, without the lookup proposals of this step) closes drafting (lookup rows
       // come and go from step to step, the concurrency does not), and only once it has
       // for kRetireAfterClosedSteps steps, net: a short burst of requests must not end
-      // speculation for good for the long generations running through it. An open step
+      // speculation for the long generations running through it. An open step
       // takes kStreakDecay off the count (capped at twice the threshold) rather than
       // resetting it: at a closed concurrency a step or two between one wave of requests
       // and the next (one fewer running before the next is admitted) reset it, and every
@@ -1080,17 +1077,17 @@ bool LLMEngine::step() {
     for (size_t r = 0, c = 0; r < dec.size(); ++r) drafts[r] = lookup_first[r] || !dec[r]->draft ? false : chosen[c++];
     if (skip_captures_ && opts_.drafter && closed_streak_ == 0 && is_dspark_policy(opts_.policy)) {
       // The running load has been open for kRetireAfterClosedSteps / kStreakDecay steps or
-      // more: requests retired from drafting get a fresh drafter context from their current
+      // more: retired requests (running with a drafter but no drafter state: a closed load
+      // or prefix blocks without captures took it) get a fresh drafter context from their current
       // position (this step's anchor, captured from now on), as a sliding drafter window
       // would have left them; they are candidates from the next step, priced like requests
       // never measured. (Before, a request that lived through a closed load never drafted
       // again, however long it ran on.)
       for (Sequence* s : dec)
-        if (!s->draft && s->rearmable && !s->finished) {
+        if (!s->draft && !s->finished) {
           s->draft = opts_.drafter->start();
           s->draft_base = kv_->length(s->slot);
           s->pending_tokens.clear();
-          s->rearmable = false;
           s->last_gain = 1e30;
           s->gain_steps = 0;
           s->skipped = 0;
@@ -1365,9 +1362,10 @@ bool LLMEngine::step() {
   // when nobody in the batch can draft any more, and when the running load has closed
   // drafting for kRetireAfterClosedSteps steps, net (no number of drafting requests could pay
   // at this concurrency with three quarters of every block accepted; `retire`): then every request
-  // in the batch is retired from drafting for good (its context would lack these rows),
-  // and the blocks written are marked, so a later request reusing them from the prefix
-  // cache does not draft either. Requests admitted once the load opens again draft as usual.
+  // in the batch is retired from drafting (its context would lack these rows; re-armed from
+  // a later position once the load reopens), and the blocks written are marked, so a later
+  // request reusing them from the prefix cache starts retired. Requests admitted once the
+  // load opens again draft as usual.
   bool capture_now = !capture_.empty() && !retire;
   if (capture_now && skip_captures_) {
     capture_now = false;
@@ -1382,7 +1380,6 @@ bool LLMEngine::step() {
       if (s->draft) {
         s->draft.reset();
         s->pending_tokens.clear();
-        s->rearmable = true;
         stats_.drafting_retired++;
       }
   }

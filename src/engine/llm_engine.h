@@ -427,7 +427,7 @@ class LLMEngine {
   double open_margin_ = 1.0;  // kOpenMargin, or DSINFER_ENGINE_OPEN_MARGIN (set in the constructor)
   // Per block id: some row of the block was computed without the drafter's captures since
   // its first row was last written with them, so its feature rows are not the target's. A
-  // request that reuses such a block from the prefix cache never drafts.
+  // request that reuses such a block from the prefix cache starts retired from drafting.
   std::vector<uint8_t> uncaptured_;
   // Re-probe back-off: the gap is multiplied by probe_backoff_, which doubles (up to 16) at
   // each probe when nobody was chosen on merit since the previous one, and returns to 1 when

@@ -483,10 +483,9 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   // 0.5 ms per request: one request alone drafts a full block (9 rows) profitably, but two
   // or more cannot pay for any drafting (the choice is closed). After 32 closed steps in a
   // row the forward skips the drafter's layer captures and every request in it is retired
-  // from drafting for good,
-  // and the blocks it wrote are marked: a later request reusing them from the prefix cache
-  // never drafts, while a later request with a fresh prompt drafts as usual. Lossless
-  // throughout.
+  // from drafting, and the blocks it wrote are marked: a later request reusing them from the
+  // prefix cache starts retired (and, alone, is re-armed from its first decoded position),
+  // while a later request with a fresh prompt drafts as usual. Lossless throughout.
   if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
   if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
     GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
