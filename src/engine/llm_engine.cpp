@@ -688,32 +688,26 @@ LLMEngine::LoadPayoff LLMEngine::load_payoff(int R, int base_rows, double base_t
     if (m.key == key) return m.payoff;
   auto t_verify = [&](int b) { return 1000.0 / opts_.sps->sps(b); };
   const double plain = T0 / t_verify(B0);
-  // Some k pays when each drafting request brings `gain` tokens for a full block of rows.
-  auto pays = [&](double gain) {
+  // Some k drafting requests pay when each verifies a block of n drafts (n from n_min up to
+  // a full block) and `share` of them are accepted, beating plain decoding by `margin`.
+  auto pays = [&](double share, double margin, int n_min) {
     for (int k = 1; k <= R; ++k)
-      if ((T0 + k * gain) / (draft_ms(k) + t_verify(B0 + k * max_drafts_)) > plain) return true;
+      for (int n = n_min; n <= max_drafts_; ++n)
+        if ((T0 + k * (share * n)) / (draft_ms(k) + t_verify(B0 + k * n)) > margin * plain) return true;
     return false;
   };
   LoadPayoff p;
-  p.full_block = pays(max_drafts_);
-  p.half_block = p.full_block && pays(0.5 * max_drafts_);
-  // Open (most_block): could n <= max_drafts_ drafts per drafting request, kRetireBlockShare
-  // of them accepted, beat plain decoding by open_margin_ (kOpenMargin) for some k? Every
-  // block length is tried (the verify policy cuts blocks short where rows cost more). The margin: where
-  // drafting could win only a few percent at that acceptance, what the cost model leaves out
-  // (the drafter's context commits, the captures, the curves' error) takes it back, and
-  // closing the load (no drafts, no captures once retired) is worth more (this CPU at
-  // concurrency 4, where drafting one request at that acceptance would gain 18 %: the choice
-  // drafted about one request a step, expecting 5-10 %, and the engine ran at 0.91-0.95x
-  // plain decoding).
-  p.most_block = p.full_block;
-  for (int k = 1; p.most_block && k <= R; ++k) {
-    bool any = false;
-    for (int n = 1; !any && n <= max_drafts_; ++n)
-      any = (T0 + k * kRetireBlockShare * n) / (draft_ms(k) + t_verify(B0 + k * n)) > open_margin_ * plain;
-    if (any) break;
-    if (k == R) p.most_block = false;
-  }
+  p.full_block = pays(1.0, 1.0, max_drafts_);
+  p.half_block = p.full_block && pays(0.5, 1.0, max_drafts_);
+  // Open (most_block): could blocks of any length (the verify policy cuts blocks short where
+  // rows cost more) with kRetireBlockShare of their drafts accepted beat plain decoding by
+  // open_margin_ (kOpenMargin)? The margin: where drafting could win only a few percent at
+  // that acceptance, what the cost model leaves out (the drafter's context commits, the
+  // captures, the curves' error) takes it back, and closing the load (no drafts, no captures
+  // once retired) is worth more (this CPU at concurrency 4, where drafting one request at
+  // that acceptance would gain 18 %: the choice drafted about one request a step, expecting
+  // 5-10 %, and the engine ran at 0.91-0.95x plain decoding).
+  p.most_block = p.full_block && pays(kRetireBlockShare, open_margin_, 1);
   payoff_memo_[payoff_next_] = PayoffMemo{key, p};
   payoff_next_ ^= 1;
   return p;
