@@ -478,6 +478,29 @@ TEST(LLMEngine, DSparkReprobesBackOffWhileDraftingDoesNotPay) {
   EXPECT_LT(st.choice_chosen, st.choice_steps / 4) << "drafting was chosen although it does not pay";
 }
 
+namespace {
+
+// The retirement tests (drafting closed by the load: captures skipped, requests retired and
+// re-armed): why they cannot run here, or nullptr.
+const char* retirement_untestable() {
+  if (!have_models() || !fixture().dspark) return "shipped DSpark absent";
+  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
+    return "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  return nullptr;
+}
+
+// The dspark policy on a given verify curve and per-request drafter cost, 4 running, 64
+// tokens a step.
+EngineOptions retirement_options(const SpsTable& sps, double draft_ms_per_request) {
+  EngineOptions o = dspark_options(4, 64);
+  o.policy = VerifyPolicy::DSpark;
+  o.sps = &sps;
+  o.draft_ms_per_request = draft_ms_per_request;
+  return o;
+}
+
+}  // namespace
+
 TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless) {
   // A step costs 1 ms for up to 9 verified tokens and 100 ms from 10 on, a drafter pass
   // 0.5 ms per request: one request alone drafts a full block (9 rows) profitably, but two
@@ -486,16 +509,11 @@ TEST(LLMEngine, CapturesStopWhereDraftingCannotPayAndRetiredRequestsStayLossless
   // from drafting, and the blocks it wrote are marked: a later request reusing them from the
   // prefix cache starts retired (and, alone, is re-armed from its first decoded position),
   // while a later request with a fresh prompt drafts as usual. Lossless throughout.
-  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
-    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  if (const char* why = retirement_untestable()) GTEST_SKIP() << why;
   Fixture& f = fixture();
   ASSERT_EQ(f.dspark->info().max_draft_tokens, 8);
   const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0}, {9, 1000.0}, {10, 10.0}});
-  EngineOptions o = dspark_options(4, 64);
-  o.policy = VerifyPolicy::DSpark;
-  o.sps = &sps;
-  o.draft_ms_per_request = 0.5;
+  EngineOptions o = retirement_options(sps, 0.5);
   o.kv_block_size = 16;
   // Five cases with prompts of at least 40 tokens and distinct first blocks.
   std::vector<size_t> pick;
@@ -586,15 +604,10 @@ TEST(LLMEngine, RetiredRequestsAreReArmedOnceTheLoadReopens) {
   // two or more cannot. Three run; after 32 closed steps all are retired. Two are short and
   // finish; the long one runs on alone, and once the load has been open for 16 steps it gets
   // a fresh drafter context from its position then and drafts again. Lossless throughout.
-  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
-    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  if (const char* why = retirement_untestable()) GTEST_SKIP() << why;
   Fixture& f = fixture();
   const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0}, {9, 1000.0}, {10, 10.0}});
-  EngineOptions o = dspark_options(4, 64);
-  o.policy = VerifyPolicy::DSpark;
-  o.sps = &sps;
-  o.draft_ms_per_request = 0.5;
+  EngineOptions o = retirement_options(sps, 0.5);
   LLMEngine engine(*f.model, o);
   std::map<size_t, std::vector<int32_t>> got;
   const std::pair<size_t, int> reqs[] = {{0, 200}, {1, 48}, {2, 48}};
@@ -653,16 +666,11 @@ TEST(LLMEngine, LoadsWhereOnlyFullBlocksPayRetireDrafting) {
   // length, at most 1.45. So the drafting choice is closed at two, and after 32 such steps
   // the captures stop and both requests are retired. (Alone, a request drafts: 1 token per
   // 1.1 ms plain against 7 in 5.4 ms.) Lossless throughout.
-  if (!have_models() || !fixture().dspark) GTEST_SKIP() << "shipped DSpark absent";
-  if (const char* e = std::getenv("DSINFER_ENGINE_SKIP_CAPTURES"); e && std::string(e) == "0")
-    GTEST_SKIP() << "DSINFER_ENGINE_SKIP_CAPTURES=0 keeps the captures";
+  if (const char* why = retirement_untestable()) GTEST_SKIP() << why;
   Fixture& f = fixture();
   ASSERT_EQ(f.dspark->info().max_draft_tokens, 8);
   const SpsTable sps(std::vector<SpsPoint>{{1, 1000.0 / 1.1}, {40, 1000.0 / 5.0}});
-  EngineOptions o = dspark_options(4, 64);
-  o.policy = VerifyPolicy::DSpark;
-  o.sps = &sps;
-  o.draft_ms_per_request = 3.5;
+  EngineOptions o = retirement_options(sps, 3.5);
   LLMEngine engine(*f.model, o);
   constexpr int kTokens = 160;
   StopConditions stop;
