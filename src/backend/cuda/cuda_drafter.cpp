@@ -84,14 +84,9 @@ class CudaDraftSeq final : public DraftSequence {
 std::atomic<int64_t> g_growths{0};
 
 // A commit from the pool's feature rows runs as a graph up to this many rows (a step's
-// accepted rows; a prompt's whole commit runs once, eagerly), its row count padded to a
-// bucket: exact up to 8, then multiples of 8 up to 64, then of 32 (a few dozen graphs at most).
+// accepted rows; a prompt's whole commit runs once, eagerly), its row count padded as the
+// model's forwards are (graph_rows_bucket).
 constexpr int64_t kMaxCommitGraphRows = 512;
-int64_t commit_rows_bucket(int64_t n) {
-  if (n <= 8) return n;
-  if (n <= 64) return (n + 7) / 8 * 8;
-  return (n + 31) / 32 * 32;
-}
 
 // Grow-only device / pinned host buffers of the drafter's passes.
 template <typename T>
@@ -203,7 +198,7 @@ class CudaDeepSpecDrafter final : public Drafter {
   mutable std::map<std::pair<int, int>, int> graph_seen_;
   mutable int64_t graphs_growths_ = -1;
   // CUDA graphs of the context commit from a device pool's feature rows, per padded row
-  // count (commit_rows_bucket) and pool: a commit was ~8 launches and three uploads, 50-65 us
+  // count (graph_rows_bucket) and pool: a commit was ~8 launches and three uploads, 50-65 us
   // of host launching that the GPU waited on at every drafting step. Padding rows gather the
   // pool's row 0 and store nothing (their buffer base is 0).
   bool use_commit_graphs_ = true;  // DSINFER_CUDA_COMMIT_GRAPHS=0 turns them off (A/B)
@@ -529,7 +524,7 @@ void CudaDeepSpecDrafter::commit_context_batch(const std::vector<ContextBatchIte
   // (up to kMaxGraphRows: a prompt's whole commit runs once, eagerly).
   const bool graph = use_commit_graphs_ && pool && !profile_ && C <= kMaxCommitGraphRows;
   const int64_t Cr = C;
-  if (graph) C = commit_rows_bucket(C);
+  if (graph) C = graph_rows_bucket(static_cast<int>(C));
   const int n = static_cast<int>(C);
   wait_staging();
   if (times_) DSINFER_CUDA_CHECK(cudaEventRecord(tev_[0], st));

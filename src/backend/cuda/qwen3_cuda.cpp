@@ -84,18 +84,9 @@ int pow2_at_least(int n) {
   return p;
 }
 
-// Rows a graph shape is padded to. Padding rows cost what real rows do, and a small model's
-// verify forward grows with its rows (the embedded target: 8 rows 0.29 ms, 16 0.35, 32 0.41 on
-// the H200), so a batch of 21 verify rows padded to 32 paid for 11 rows of nothing. Exact up to
-// 8, then multiples of 4 up to 32, of 8 up to 64, of 32 beyond: at most 24 shapes per
-// (logit rows, captures), each captured once.
-int graph_bucket(int n, bool pow2) {
-  if (pow2) return pow2_at_least(n);
-  if (n <= 8) return n;
-  if (n <= 32) return (n + 3) / 4 * 4;
-  if (n <= 64) return (n + 7) / 8 * 8;
-  return (n + 31) / 32 * 32;
-}
+// Rows a graph shape is padded to: graph_rows_bucket (cuda_graph.h), or powers of two
+// (DSINFER_CUDA_GRAPH_BUCKETS=pow2); each (rows, logit rows, captures) shape captured once.
+int graph_bucket(int n, bool pow2) { return pow2 ? pow2_at_least(n) : graph_rows_bucket(n); }
 
 constexpr int kMaxGraphRows = 256;
 
