@@ -86,6 +86,19 @@ __global__ void __launch_bounds__(kThreads)
   detail::attend_row_head<kPairs, true, kPaged>(
       kv, s, p + 1, kvh, D, scale, o, sh, threadIdx.x,
       [&] {
+        // The q/k step's constants (the row's RoPE entry, the head's norm weights: 128-byte
+        // lines) are asked into the L1 before the wait, without waiting for them (a load
+        // here would hold the warp behind the previous GEMM's DRAM stream: session 24), so
+        // that after the wait the QKV row is the step's only round trip to the L2.
+        if (warp < 2) {
+          const int half_lines = (half * 4 + 127) / 128, w_lines = (D * 4 + 127) / 128;
+          const float* w = warp == 0 ? q_norm : k_norm;
+          const char* line = nullptr;
+          if (lane < half_lines) line = reinterpret_cast<const char*>(c) + 128 * lane;
+          else if (lane < 2 * half_lines) line = reinterpret_cast<const char*>(sn) + 128 * (lane - half_lines);
+          else if (lane < 2 * half_lines + w_lines) line = reinterpret_cast<const char*>(w) + 128 * (lane - 2 * half_lines);
+          if (line) asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+        }
         pdl_wait();
         if (stamp) stamp[1] = now();
         if (warp == 0) {

@@ -73,7 +73,7 @@ __device__ __forceinline__ void qk_norm_rope_head(Load load, const float* __rest
 
 // Shared memory of attend_row_head.
 struct AttnShared {
-  float qs[kAttnMaxD];
+  alignas(16) float qs[kAttnMaxD];  // 16-byte aligned: the scores read it as float4
   float wm[kAttnWarps], wl[kAttnWarps];
   float wacc[kAttnWarps][kAttnMaxD];
 };
@@ -210,11 +210,16 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
         for (int c = 0; c < kChunks; ++c)
           if (c < D / 8) {
             const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kr[c]);
+            // q's 8 values of this chunk as two 16-byte shared loads (every lane reads the
+            // same address: a broadcast), not eight 4-byte ones; the FMA order is unchanged.
+            const float4 qa = reinterpret_cast<const float4*>(qs)[2 * c];
+            const float4 qb = reinterpret_cast<const float4*>(qs)[2 * c + 1];
+            const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const float2 f = __bfloat1622float2(p2[e]);
-              dot = fmaf(qs[c * 8 + 2 * e], f.x, dot);
-              dot = fmaf(qs[c * 8 + 2 * e + 1], f.y, dot);
+              dot = fmaf(qv[2 * e], f.x, dot);
+              dot = fmaf(qv[2 * e + 1], f.y, dot);
             }
           }
       } else {
