@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -25,6 +26,7 @@
 #include "model/paged_kv_cache.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace dsinfer {
@@ -34,6 +36,10 @@ namespace {
 class Qwen3Model final : public Model {
  public:
   Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts);
+  // One tensor-parallel rank (load_qwen3_rank): cfg_ is the rank's view of the config (its
+  // head and feature counts), the projections are its slices, every layer's o and down
+  // outputs go through rank.reduce.
+  Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts, const Qwen3RankOptions& rank);
 
   const ModelConfig& config() const override { return cfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
@@ -69,26 +75,112 @@ class Qwen3Model final : public Model {
   std::vector<float> x_, h_, q_, k_, v_, att_, g_, u_, t_, cos_, sin_, rows_;
   std::vector<int32_t> pos_;
   std::vector<AttentionBlock> blocks_;
+
+  // Tensor-parallel rank: the all-reduce, and the slices the projections' views point into.
+  RankReduce reduce_;
+  std::deque<std::vector<uint8_t>> slices_;
+
+  void load_common(const LoadOptions& opts, MappedFile::Placement placement);
+  void finish_load();
 };
 
-Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(cfg) {
+void Qwen3Model::load_common(const LoadOptions& opts, MappedFile::Placement placement) {
+  const ModelConfig& cfg = cfg_;
   const std::string cfile = cfg.model_dir + "/config.json";
   if (cfg.hidden_act != "silu")
     throw Error(cfile + ": field 'hidden_act': '" + cfg.hidden_act + "' is not supported by Qwen3 (expected silu)");
   if (cfg.use_sliding_window)
     throw Error(cfile + ": field 'use_sliding_window': sliding-window attention is not supported for Qwen3");
   rope_ = compute_rope_params(cfg.rope, cfg.head_dim, cfg.max_position_embeddings);
-
-  store_ = std::make_unique<WeightStore>(cfg.model_dir, opts.weight_dtype);
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, D = cfg.head_dim;
+  store_ = std::make_unique<WeightStore>(cfg.model_dir, opts.weight_dtype, placement);
   dims_ = qwen3_layer_dims(cfg);
-  embed_ = store_->matrix("model.embed_tokens.weight", V, H);
+  embed_ = store_->matrix("model.embed_tokens.weight", cfg.vocab_size, cfg.hidden_size);
+}
+
+Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(cfg) {
+  load_common(opts, MappedFile::Placement::Auto);
+  layers_.resize(cfg.num_hidden_layers);
+  for (int l = 0; l < cfg.num_hidden_layers; ++l)
+    layers_[l] = load_qwen3_layer(*store_, "model.layers." + std::to_string(l) + ".", dims_, cfg.attention_bias);
+  finish_load();
+}
+
+Qwen3Model::Qwen3Model(const ModelConfig& full, const LoadOptions& opts, const Qwen3RankOptions& rank)
+    : cfg_(full), reduce_(rank.reduce) {
+  const TensorParallelPlan& plan = rank.plan;
+  if (rank.rank < 0 || rank.rank >= plan.ranks)
+    throw Error("tensor-parallel rank " + std::to_string(rank.rank) + " outside [0, " + std::to_string(plan.ranks) + ")");
+  if (!reduce_) throw Error("tensor-parallel rank " + std::to_string(rank.rank) + ": no all-reduce given");
+  const TensorParallelRank& t = plan.rank[static_cast<size_t>(rank.rank)];
+  // The rank's view: its heads and features, so the caches and the layer geometry follow.
+  cfg_.num_attention_heads = t.q_head_end - t.q_head_begin;
+  cfg_.num_key_value_heads = t.kv_head_end - t.kv_head_begin;
+  cfg_.intermediate_size = t.inter_end - t.inter_begin;
+  // Mapped, not copied: the replicated tensors are read from the checkpoint's pages, the
+  // split ones through ShardReader, so the rank reads its share and the replicated part.
+  load_common(opts, MappedFile::Placement::Mmap);
+  ShardReader reader(full.model_dir);
+  std::vector<Qwen3LayerShard> shard = read_qwen3_shard(reader, full, plan, rank.rank);
+  // A slice as a matmul view, in the dtype the load option gives (WeightStore's rule:
+  // "auto" keeps F32/BF16 and widens F16, "f32" widens all, "bf16" narrows F32/F16).
+  auto view = [&](const WeightSlice& w) {
+    DType want = w.dtype;
+    if (opts.weight_dtype == "f32" || (w.dtype == DType::F16 && opts.weight_dtype != "bf16")) want = DType::F32;
+    else if (opts.weight_dtype == "bf16") want = DType::BF16;
+    std::vector<uint8_t> bytes;
+    if (want == w.dtype) {
+      bytes = w.bytes;
+    } else {
+      const int64_t n = w.rows * w.cols;
+      bytes.resize(static_cast<size_t>(n) * dtype_size(want));
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = w.at(i / w.cols, i % w.cols);
+        if (want == DType::F32) std::memcpy(bytes.data() + 4 * i, &f, 4);
+        else {
+          const uint16_t b = f32_to_bf16(f);
+          std::memcpy(bytes.data() + 2 * i, &b, 2);
+        }
+      }
+    }
+    slices_.push_back(std::move(bytes));
+    WeightView v;
+    v.data = slices_.back().data();
+    v.dtype = want;
+    v.rows = w.rows;
+    v.cols = w.cols;
+    return v;
+  };
+  const int64_t H = full.hidden_size, D = full.head_dim;
+  layers_.resize(full.num_hidden_layers);
+  for (int l = 0; l < full.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Qwen3LayerShard& s = shard[static_cast<size_t>(l)];
+    Qwen3LayerWeights& L = layers_[l];
+    L.q = view(s.q);
+    L.k = view(s.k);
+    L.v = view(s.v);
+    L.o = view(s.o);
+    L.gate = view(s.gate);
+    L.up = view(s.up);
+    L.down = view(s.down);
+    L.q_bias = std::move(s.q_bias);
+    L.k_bias = std::move(s.k_bias);
+    L.v_bias = std::move(s.v_bias);
+    if (full.attention_bias) L.o_bias = store_->vector_f32(p + "self_attn.o_proj.bias", H);  // added after the reduce
+    L.q_norm = store_->vector_f32(p + "self_attn.q_norm.weight", D);
+    L.k_norm = store_->vector_f32(p + "self_attn.k_norm.weight", D);
+    L.in_norm = store_->vector_f32(p + "input_layernorm.weight", H);
+    L.post_norm = store_->vector_f32(p + "post_attention_layernorm.weight", H);
+  }
+  finish_load();
+}
+
+void Qwen3Model::finish_load() {
+  const ModelConfig& cfg = cfg_;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, D = cfg.head_dim;
   uint64_t bytes = 0;
   auto mbytes = [](const WeightView& w) { return static_cast<uint64_t>(w.rows * w.cols) * dtype_size(w.dtype); };
-  layers_.resize(cfg.num_hidden_layers);
-  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    Qwen3LayerWeights& L = layers_[l];
-    L = load_qwen3_layer(*store_, "model.layers." + std::to_string(l) + ".", dims_, cfg.attention_bias);
+  for (const Qwen3LayerWeights& L : layers_) {
     for (const WeightView* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) bytes += mbytes(*w);
     bytes += static_cast<uint64_t>(2 * D + 2 * H) * 4;
   }
@@ -266,7 +358,7 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       r0 += n;
     }
     attention_causal(blocks_.data(), static_cast<int>(blocks_.size()), NH, NKVH, static_cast<int>(D), scale);
-    qwen3_attention_out_mlp(W, dims_, att, T, x, h, g, u, t);
+    qwen3_attention_out_mlp(W, dims_, att, T, x, h, g, u, t, reduce_ ? &reduce_ : nullptr);
     capture(l);
   }
 
@@ -294,6 +386,10 @@ void Qwen3Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
 
 std::unique_ptr<Model> load_qwen3(const ModelConfig& cfg, const LoadOptions& opts) {
   return std::make_unique<Qwen3Model>(cfg, opts);
+}
+
+std::unique_ptr<Model> load_qwen3_rank(const ModelConfig& cfg, const LoadOptions& opts, const Qwen3RankOptions& rank) {
+  return std::make_unique<Qwen3Model>(cfg, opts, rank);
 }
 
 }  // namespace dsinfer

@@ -67,9 +67,10 @@ void qwen3_attention_inputs(const Qwen3LayerWeights& w, const Qwen3LayerDims& d,
 }
 
 void qwen3_attention_out_mlp(const Qwen3LayerWeights& w, const Qwen3LayerDims& d, const float* att, int64_t T,
-                             float* x, float* h, float* g, float* u, float* t) {
+                             float* x, float* h, float* g, float* u, float* t, const RankReduce* reduce) {
   const int64_t H = d.hidden, I = d.intermediate;
   matmul(att, T, w.o, t);
+  if (reduce) (*reduce)(t, T * H);
   add_bias(t, T, H, w.o_bias);
   for (int64_t j = 0; j < T * H; ++j) x[j] += t[j];
   rmsnorm(x, H, T, H, w.post_norm.data(), d.eps, h, H);
@@ -77,6 +78,7 @@ void qwen3_attention_out_mlp(const Qwen3LayerWeights& w, const Qwen3LayerDims& d
   matmul(h, T, w.up, u);
   silu_mul(g, u, g, T * I);
   matmul(g, T, w.down, t);
+  if (reduce) (*reduce)(t, T * H);
   for (int64_t j = 0; j < T * H; ++j) x[j] += t[j];
 }
 

@@ -11,6 +11,7 @@
 // Every step is a row-wise kernel, so a row's result does not depend on the other rows.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,15 @@ Qwen3LayerWeights load_qwen3_layer(WeightStore& store, const std::string& prefix
 void qwen3_attention_inputs(const Qwen3LayerWeights& w, const Qwen3LayerDims& d, const float* x, int64_t rows,
                             const float* cos_t, const float* sin_t, float* h, float* q, float* k, float* v);
 
+// The sum over tensor-parallel ranks of a [rows, H] partial output, in place (the
+// all-reduce of a row-parallel projection; model/tensor_parallel.h).
+using RankReduce = std::function<void(float* rows, int64_t n)>;
+
 // att [T, q_width] in; x [T, H] updated in place. Scratch: h, t [T, H]; g, u [T, I].
+// reduce (tensor parallelism: w holds one rank's heads and features): the o and down
+// outputs are partial sums, added over the ranks before they join x (the o bias after).
 void qwen3_attention_out_mlp(const Qwen3LayerWeights& w, const Qwen3LayerDims& d, const float* att, int64_t rows,
-                             float* x, float* h, float* g, float* u, float* t);
+                             float* x, float* h, float* g, float* u, float* t, const RankReduce* reduce = nullptr);
 
 // Grows a buffer to at least n floats; never shrinks, so steady-state calls do not allocate.
 inline float* grow(std::vector<float>& v, size_t n) {

@@ -3,7 +3,9 @@
 // every rank's share (its heads, its intermediate slice) and adds the ranks' partial o and
 // down outputs in rank order, as the all-reduces would; the logits must equal the unsplit
 // reference forward's (model_test_util.h) to rounding, with the same greedy tokens. Also:
-// what each rank reads, and the refusals of splits that do not divide.
+// what each rank reads, and the refusals of splits that do not divide. And the split run
+// for real: the CPU model's ranks on threads meeting in HostAllReduce (load_tensor_parallel)
+// decode greedily as the single model does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,9 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/tensor_parallel.h"
+#include "model/tensor_parallel_group.h"
 #include "model_test_util.h"
 
 namespace dsinfer {
@@ -184,6 +188,77 @@ TEST(TensorParallel, SplitForwardEqualsTheUnsplitReference) {
       EXPECT_LT(worst, 1e-9 * scale) << "split logits differ from the reference beyond rounding";
     }
   }
+}
+
+// Greedy decoding of `steps` tokens after `prompt`; the logit rows of every step appended to
+// `logits`.
+std::vector<int32_t> greedy(Model& m, const std::vector<int32_t>& prompt, int steps, std::vector<float>* logits) {
+  auto kv = m.make_kv_cache(2, static_cast<int>(prompt.size()) + steps + 1);
+  ForwardBatch b;
+  b.entries.push_back({1, prompt, {static_cast<int>(prompt.size()) - 1}});
+  ForwardOutput out;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < steps; ++i) {
+    m.forward(*kv, b, out);
+    if (logits) logits->insert(logits->end(), out.logits.begin(), out.logits.end());
+    const int32_t next = static_cast<int32_t>(std::max_element(out.logits.begin(), out.logits.end()) - out.logits.begin());
+    toks.push_back(next);
+    b.entries[0] = {1, {next}, {0}};
+  }
+  return toks;
+}
+
+TEST(TensorParallel, RanksOnThreadsDecodeAsTheSingleModel) {
+  struct Case {
+    std::string name, dir;
+    int ranks;
+  };
+  TinySpec s;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.inter = 48;
+  s.bias = true;
+  s.dtype = DType::BF16;
+  TempDir tiny;
+  test::write_tiny_model(tiny.path, s);
+  const std::string embedded = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/target";
+  for (const Case& c : {Case{"tiny, 2 ranks", tiny.path, 2}, Case{"tiny, 4 ranks (KV heads replicated)", tiny.path, 4},
+                        Case{"embedded target, 2 ranks", embedded, 2}}) {
+    SCOPED_TRACE(c.name);
+    const ModelConfig cfg = load_model_config(c.dir);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 12; ++i) prompt.push_back((i * 37 + 11) % cfg.vocab_size);
+    auto single = load_model(c.dir);
+    auto split = load_tensor_parallel(c.dir, c.ranks);
+    EXPECT_EQ(split->config().num_attention_heads, cfg.num_attention_heads);
+    std::vector<float> la, lb;
+    const int steps = 24;
+    const std::vector<int32_t> a = greedy(*single, prompt, steps, &la), b = greedy(*split, prompt, steps, &lb);
+    EXPECT_EQ(a, b);
+    ASSERT_EQ(la.size(), lb.size());
+    double worst = 0, scale = 1e-6;
+    for (size_t i = 0; i < la.size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(la[i] - lb[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(la[i])));
+    }
+    EXPECT_LT(worst, 1e-4 * scale) << "logits of the split model differ beyond rounding";
+  }
+  // A batch the single model refuses is refused by the group too, without leaving a rank
+  // waiting in the all-reduce; the group then runs the next forward.
+  auto split = load_tensor_parallel(tiny.path, 2);
+  auto kv = split->make_kv_cache(1, 8);
+  ForwardBatch bad;
+  bad.entries.push_back({0, {3, s.vocab + 5}, {1}});
+  ForwardOutput out;
+  EXPECT_THROW(split->forward(*kv, bad, out), Error);
+  ForwardBatch good;
+  good.entries.push_back({0, {3, 4}, {1}});
+  split->forward(*kv, good, out);
+  EXPECT_EQ(kv->length(0), 2);
+  EXPECT_EQ(out.logits.size(), static_cast<size_t>(s.vocab));
+  auto other = load_model(tiny.path);
+  EXPECT_THROW(split->forward(*other->make_kv_cache(1, 8), good, out), Error);
+  EXPECT_THROW(load_tensor_parallel(tiny.path, 3), Error);  // 4 heads over 3 ranks
 }
 
 TEST(TensorParallel, EachRankReadsOnlyItsShare) {

@@ -1,0 +1,174 @@
+// dsinfer model floor: in-process tensor parallelism on the CPU (see tensor_parallel_group.h).
+#include "model/tensor_parallel_group.h"
+
+#include <exception>
+#include <thread>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/qwen3.h"
+#include "model/tensor_parallel.h"
+
+namespace dsinfer {
+
+HostAllReduce::HostAllReduce(int ranks) : ranks_(ranks), data_(static_cast<size_t>(ranks), nullptr) {
+  if (ranks < 1) throw Error("tensor-parallel group: ranks must be >= 1 (got " + std::to_string(ranks) + ")");
+}
+
+void HostAllReduce::sum(int rank, float* data, int64_t n) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (aborted_) throw Error("tensor-parallel all-reduce: another rank failed");
+  if (rank < 0 || rank >= ranks_ || data_[static_cast<size_t>(rank)] != nullptr)
+    throw Error("tensor-parallel all-reduce: rank " + std::to_string(rank) + " out of range or arrived twice");
+  if (n_ >= 0 && n != n_) {
+    aborted_ = true;
+    cv_.notify_all();
+    throw Error("tensor-parallel all-reduce: rank " + std::to_string(rank) + " brought " + std::to_string(n) +
+                " values where the others brought " + std::to_string(n_));
+  }
+  n_ = n;
+  data_[static_cast<size_t>(rank)] = data;
+  if (++arrived_ < ranks_) {
+    wait_phase(lock, phase_);
+    return;
+  }
+  // The last rank in: the sum in rank order, written into every rank's buffer (the others
+  // wait, so their buffers are idle), then the next round may begin.
+  total_.assign(static_cast<size_t>(n), 0.0f);
+  for (int r = 0; r < ranks_; ++r) {
+    const float* d = data_[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < n; ++i) total_[static_cast<size_t>(i)] += d[i];
+  }
+  for (int r = 0; r < ranks_; ++r) {
+    float* d = data_[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < n; ++i) d[i] = total_[static_cast<size_t>(i)];
+    data_[static_cast<size_t>(r)] = nullptr;
+  }
+  arrived_ = 0;
+  n_ = -1;
+  ++phase_;
+  cv_.notify_all();
+}
+
+void HostAllReduce::wait_phase(std::unique_lock<std::mutex>& lock, uint64_t phase) {
+  cv_.wait(lock, [&] { return phase_ != phase || aborted_; });
+  if (phase_ == phase) throw Error("tensor-parallel all-reduce: another rank failed");
+}
+
+void HostAllReduce::abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+void HostAllReduce::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = false;
+  arrived_ = 0;
+  n_ = -1;
+  for (auto& d : data_) d = nullptr;
+}
+
+namespace {
+
+// One dense cache per rank (each holds that rank's KV heads), lengths in step.
+class TensorParallelKVCache final : public KVCache {
+ public:
+  explicit TensorParallelKVCache(std::vector<std::unique_ptr<KVCache>> ranks) : ranks_(std::move(ranks)) {}
+  int max_slots() const override { return ranks_[0]->max_slots(); }
+  int max_tokens() const override { return ranks_[0]->max_tokens(); }
+  int length(int slot) const override { return ranks_[0]->length(slot); }
+  void truncate(int slot, int new_length) override {
+    for (auto& r : ranks_) r->truncate(slot, new_length);
+  }
+  KVCache& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
+
+ private:
+  std::vector<std::unique_ptr<KVCache>> ranks_;
+};
+
+class TensorParallelModel final : public Model {
+ public:
+  TensorParallelModel(const ModelConfig& cfg, const LoadOptions& opts, int ranks)
+      : cfg_(cfg), group_(std::make_shared<HostAllReduce>(ranks)) {
+    const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+    for (int r = 0; r < ranks; ++r) {
+      Qwen3RankOptions ro;
+      ro.plan = plan;
+      ro.rank = r;
+      std::shared_ptr<HostAllReduce> g = group_;
+      ro.reduce = [g, r](float* d, int64_t n) { g->sum(r, d, n); };
+      ranks_.push_back(load_qwen3_rank(cfg, opts, ro));
+      // Rank 0 runs on the caller's thread with the caller's pool; the others on their own
+      // threads, each with a pool of its own (a pool takes one caller at a time).
+      pools_.push_back(r == 0 ? nullptr : std::make_unique<ThreadPool>(1));
+    }
+  }
+
+  const ModelConfig& config() const override { return cfg_; }
+  std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override {
+    std::vector<std::unique_ptr<KVCache>> caches;
+    for (const auto& m : ranks_) caches.push_back(m->make_kv_cache(max_slots, max_tokens));
+    return std::make_unique<TensorParallelKVCache>(std::move(caches));
+  }
+  DType kv_dtype() const override { return ranks_[0]->kv_dtype(); }
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int, int64_t, int, int, int) const override {
+    throw Error("tensor parallelism: the batched engine's paged KV cache is not supported yet (dense caches only)");
+  }
+
+  void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override {
+    auto* tp = dynamic_cast<TensorParallelKVCache*>(&kv);
+    if (!tp) throw Error("forward: KV cache was not made by this tensor-parallel model's make_kv_cache");
+    const int n = static_cast<int>(ranks_.size());
+    group_->reset();
+    std::vector<ForwardOutput> outs(static_cast<size_t>(n));
+    std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
+    auto run = [&](int r, ForwardOutput& o) {
+      try {
+        ranks_[static_cast<size_t>(r)]->forward(tp->rank(r), batch, o);
+      } catch (...) {
+        errs[static_cast<size_t>(r)] = std::current_exception();
+        group_->abort();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int r = 1; r < n; ++r)
+      threads.emplace_back([&, r] {
+        ThreadPool::set_thread_pool(pools_[static_cast<size_t>(r)].get());
+        run(r, outs[static_cast<size_t>(r)]);
+        ThreadPool::set_thread_pool(nullptr);
+      });
+    run(0, out);
+    for (auto& t : threads) t.join();
+    for (const auto& e : errs)  // rank 0's error first: a bad batch fails every rank alike
+      if (e) std::rethrow_exception(e);
+  }
+
+  void embed(const int32_t* ids, int n, float* out) const override { ranks_[0]->embed(ids, n, out); }
+  void lm_head(const float* hidden, int n, float* logits, bool apply_norm) const override {
+    ranks_[0]->lm_head(hidden, n, logits, apply_norm);
+  }
+  const WeightView* host_embedding() const override { return ranks_[0]->host_embedding(); }
+  const WeightView* host_lm_head() const override { return ranks_[0]->host_lm_head(); }
+  // What one rank streams per token: its share and the replicated head.
+  uint64_t decode_weight_bytes() const override { return ranks_[0]->decode_weight_bytes(); }
+
+ private:
+  ModelConfig cfg_;
+  std::shared_ptr<HostAllReduce> group_;
+  std::vector<std::unique_ptr<Model>> ranks_;
+  std::vector<std::unique_ptr<ThreadPool>> pools_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
+  const ModelConfig cfg = load_model_config(model_dir);
+  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  if (!qwen3)
+    throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only (got '" +
+                (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
+  return std::make_unique<TensorParallelModel>(cfg, opts, ranks);
+}
+
+}  // namespace dsinfer
