@@ -120,58 +120,9 @@ Qwen3Model::Qwen3Model(const ModelConfig& full, const LoadOptions& opts, const Q
   // split ones through ShardReader, so the rank reads its share and the replicated part.
   load_common(opts, MappedFile::Placement::Mmap);
   ShardReader reader(full.model_dir);
-  std::vector<Qwen3LayerShard> shard = read_qwen3_shard(reader, full, plan, rank.rank);
-  // A slice as a matmul view, in the dtype the load option gives (WeightStore's rule:
-  // "auto" keeps F32/BF16 and widens F16, "f32" widens all, "bf16" narrows F32/F16).
-  auto view = [&](const WeightSlice& w) {
-    DType want = w.dtype;
-    if (opts.weight_dtype == "f32" || (w.dtype == DType::F16 && opts.weight_dtype != "bf16")) want = DType::F32;
-    else if (opts.weight_dtype == "bf16") want = DType::BF16;
-    std::vector<uint8_t> bytes;
-    if (want == w.dtype) {
-      bytes = w.bytes;
-    } else {
-      const int64_t n = w.rows * w.cols;
-      bytes.resize(static_cast<size_t>(n) * dtype_size(want));
-      for (int64_t i = 0; i < n; ++i) {
-        const float f = w.at(i / w.cols, i % w.cols);
-        if (want == DType::F32) std::memcpy(bytes.data() + 4 * i, &f, 4);
-        else {
-          const uint16_t b = f32_to_bf16(f);
-          std::memcpy(bytes.data() + 2 * i, &b, 2);
-        }
-      }
-    }
-    slices_.push_back(std::move(bytes));
-    WeightView v;
-    v.data = slices_.back().data();
-    v.dtype = want;
-    v.rows = w.rows;
-    v.cols = w.cols;
-    return v;
-  };
-  const int64_t H = full.hidden_size, D = full.head_dim;
   layers_.resize(full.num_hidden_layers);
-  for (int l = 0; l < full.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Qwen3LayerShard& s = shard[static_cast<size_t>(l)];
-    Qwen3LayerWeights& L = layers_[l];
-    L.q = view(s.q);
-    L.k = view(s.k);
-    L.v = view(s.v);
-    L.o = view(s.o);
-    L.gate = view(s.gate);
-    L.up = view(s.up);
-    L.down = view(s.down);
-    L.q_bias = std::move(s.q_bias);
-    L.k_bias = std::move(s.k_bias);
-    L.v_bias = std::move(s.v_bias);
-    if (full.attention_bias) L.o_bias = store_->vector_f32(p + "self_attn.o_proj.bias", H);  // added after the reduce
-    L.q_norm = store_->vector_f32(p + "self_attn.q_norm.weight", D);
-    L.k_norm = store_->vector_f32(p + "self_attn.k_norm.weight", D);
-    L.in_norm = store_->vector_f32(p + "input_layernorm.weight", H);
-    L.post_norm = store_->vector_f32(p + "post_attention_layernorm.weight", H);
-  }
+  for (int l = 0; l < full.num_hidden_layers; ++l)
+    layers_[l] = load_qwen3_layer_share(*store_, reader, full, plan, rank.rank, l, opts.weight_dtype, slices_);
   finish_load();
 }
 

@@ -1,10 +1,14 @@
 // dsinfer model floor: the shared Qwen3 layer halves (see qwen3_layer.h).
 #include "model/qwen3_layer.h"
 
+#include <cstring>
+
+#include "core/error.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace dsinfer {
@@ -42,6 +46,61 @@ Qwen3LayerWeights load_qwen3_layer(WeightStore& store, const std::string& p, con
   w.in_norm = store.vector_f32(p + "input_layernorm.weight", H);
   w.post_norm = store.vector_f32(p + "post_attention_layernorm.weight", H);
   return w;
+}
+
+Qwen3LayerWeights load_qwen3_layer_share(WeightStore& store, ShardReader& reader, const ModelConfig& full,
+                                         const TensorParallelPlan& plan, int rank, int layer,
+                                         const std::string& weight_dtype, std::deque<std::vector<uint8_t>>& owner) {
+  const int64_t H = full.hidden_size, D = full.head_dim;
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  Qwen3LayerShard sh = read_qwen3_layer_shard(reader, full, plan, rank, layer);
+  // A slice as a matmul view in the dtype the load option gives: "auto" keeps F32/BF16 and
+  // widens F16, "f32" widens all, "bf16" narrows F32/F16.
+  auto view = [&](const WeightSlice& w) {
+    DType want = w.dtype;
+    if (weight_dtype == "f32" || (w.dtype == DType::F16 && weight_dtype != "bf16")) want = DType::F32;
+    else if (weight_dtype == "bf16") want = DType::BF16;
+    std::vector<uint8_t> bytes;
+    if (want == w.dtype) {
+      bytes = w.bytes;
+    } else {
+      const int64_t n = w.rows * w.cols;
+      bytes.resize(static_cast<size_t>(n) * dtype_size(want));
+      for (int64_t i = 0; i < n; ++i) {
+        const float f = w.at(i / w.cols, i % w.cols);
+        if (want == DType::F32) {
+          std::memcpy(bytes.data() + 4 * i, &f, 4);
+        } else {
+          const uint16_t b = f32_to_bf16(f);
+          std::memcpy(bytes.data() + 2 * i, &b, 2);
+        }
+      }
+    }
+    owner.push_back(std::move(bytes));
+    WeightView v;
+    v.data = owner.back().data();
+    v.dtype = want;
+    v.rows = w.rows;
+    v.cols = w.cols;
+    return v;
+  };
+  Qwen3LayerWeights L;
+  L.q = view(sh.q);
+  L.k = view(sh.k);
+  L.v = view(sh.v);
+  L.o = view(sh.o);
+  L.gate = view(sh.gate);
+  L.up = view(sh.up);
+  L.down = view(sh.down);
+  L.q_bias = std::move(sh.q_bias);
+  L.k_bias = std::move(sh.k_bias);
+  L.v_bias = std::move(sh.v_bias);
+  if (full.attention_bias) L.o_bias = store.vector_f32(p + "self_attn.o_proj.bias", H);  // added after the reduction
+  L.q_norm = store.vector_f32(p + "self_attn.q_norm.weight", D);
+  L.k_norm = store.vector_f32(p + "self_attn.k_norm.weight", D);
+  L.in_norm = store.vector_f32(p + "input_layernorm.weight", H);
+  L.post_norm = store.vector_f32(p + "post_attention_layernorm.weight", H);
+  return L;
 }
 
 void add_bias(float* y, int64_t rows, int64_t n, const std::vector<float>& b) {

@@ -135,30 +135,33 @@ std::vector<float> ShardReader::vector(const std::string& name, int64_t i0, int6
   return v;
 }
 
-std::vector<Qwen3LayerShard> read_qwen3_shard(ShardReader& reader, const ModelConfig& cfg, const TensorParallelPlan& plan,
-                                              int rank) {
+Qwen3LayerShard read_qwen3_layer_shard(ShardReader& reader, const ModelConfig& cfg, const TensorParallelPlan& plan,
+                                       int rank, int layer) {
   if (rank < 0 || rank >= plan.ranks)
     throw Error("tensor-parallel rank " + std::to_string(rank) + " outside [0, " + std::to_string(plan.ranks) + ")");
   const TensorParallelRank& t = plan.rank[static_cast<size_t>(rank)];
   const int64_t D = cfg.head_dim;
-  std::vector<Qwen3LayerShard> layers;
-  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    Qwen3LayerShard s;
-    s.q = reader.rows(p + "self_attn.q_proj.weight", t.q_head_begin * D, t.q_head_end * D);
-    s.k = reader.rows(p + "self_attn.k_proj.weight", t.kv_head_begin * D, t.kv_head_end * D);
-    s.v = reader.rows(p + "self_attn.v_proj.weight", t.kv_head_begin * D, t.kv_head_end * D);
-    s.o = reader.cols(p + "self_attn.o_proj.weight", t.q_head_begin * D, t.q_head_end * D);
-    s.gate = reader.rows(p + "mlp.gate_proj.weight", t.inter_begin, t.inter_end);
-    s.up = reader.rows(p + "mlp.up_proj.weight", t.inter_begin, t.inter_end);
-    s.down = reader.cols(p + "mlp.down_proj.weight", t.inter_begin, t.inter_end);
-    if (cfg.attention_bias) {
-      s.q_bias = reader.vector(p + "self_attn.q_proj.bias", t.q_head_begin * D, t.q_head_end * D);
-      s.k_bias = reader.vector(p + "self_attn.k_proj.bias", t.kv_head_begin * D, t.kv_head_end * D);
-      s.v_bias = reader.vector(p + "self_attn.v_proj.bias", t.kv_head_begin * D, t.kv_head_end * D);
-    }
-    layers.push_back(std::move(s));
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  Qwen3LayerShard s;
+  s.q = reader.rows(p + "self_attn.q_proj.weight", t.q_head_begin * D, t.q_head_end * D);
+  s.k = reader.rows(p + "self_attn.k_proj.weight", t.kv_head_begin * D, t.kv_head_end * D);
+  s.v = reader.rows(p + "self_attn.v_proj.weight", t.kv_head_begin * D, t.kv_head_end * D);
+  s.o = reader.cols(p + "self_attn.o_proj.weight", t.q_head_begin * D, t.q_head_end * D);
+  s.gate = reader.rows(p + "mlp.gate_proj.weight", t.inter_begin, t.inter_end);
+  s.up = reader.rows(p + "mlp.up_proj.weight", t.inter_begin, t.inter_end);
+  s.down = reader.cols(p + "mlp.down_proj.weight", t.inter_begin, t.inter_end);
+  if (cfg.attention_bias) {
+    s.q_bias = reader.vector(p + "self_attn.q_proj.bias", t.q_head_begin * D, t.q_head_end * D);
+    s.k_bias = reader.vector(p + "self_attn.k_proj.bias", t.kv_head_begin * D, t.kv_head_end * D);
+    s.v_bias = reader.vector(p + "self_attn.v_proj.bias", t.kv_head_begin * D, t.kv_head_end * D);
   }
+  return s;
+}
+
+std::vector<Qwen3LayerShard> read_qwen3_shard(ShardReader& reader, const ModelConfig& cfg, const TensorParallelPlan& plan,
+                                              int rank) {
+  std::vector<Qwen3LayerShard> layers;
+  for (int l = 0; l < cfg.num_hidden_layers; ++l) layers.push_back(read_qwen3_layer_shard(reader, cfg, plan, rank, l));
   return layers;
 }
 

@@ -95,7 +95,10 @@ struct Qwen3LayerShard {
   std::vector<float> q_bias, k_bias, v_bias;
 };
 
-// Every layer's share for `rank` of `plan` (cfg from load_model_config of the same directory).
+// Layer `layer`'s share for `rank` of `plan` (cfg from load_model_config of the same
+// directory), and every layer's.
+Qwen3LayerShard read_qwen3_layer_shard(ShardReader& reader, const ModelConfig& cfg, const TensorParallelPlan& plan,
+                                       int rank, int layer);
 std::vector<Qwen3LayerShard> read_qwen3_shard(ShardReader& reader, const ModelConfig& cfg,
                                               const TensorParallelPlan& plan, int rank);
 

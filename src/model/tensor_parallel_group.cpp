@@ -89,20 +89,15 @@ class TensorParallelKVCache final : public KVCache {
 
 class TensorParallelModel final : public Model {
  public:
-  TensorParallelModel(const ModelConfig& cfg, const LoadOptions& opts, int ranks)
-      : cfg_(cfg), group_(std::make_shared<HostAllReduce>(ranks)) {
-    const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
-    for (int r = 0; r < ranks; ++r) {
-      Qwen3RankOptions ro;
-      ro.plan = plan;
-      ro.rank = r;
-      std::shared_ptr<HostAllReduce> g = group_;
-      ro.reduce = [g, r](float* d, int64_t n) { g->sum(r, d, n); };
-      ranks_.push_back(load_qwen3_rank(cfg, opts, ro));
-      // Rank 0 runs on the caller's thread with the caller's pool; the others on their own
-      // threads, each with a pool of its own (a pool takes one caller at a time).
-      pools_.push_back(r == 0 ? nullptr : std::make_unique<ThreadPool>(1));
-    }
+  TensorParallelModel(const ModelConfig& cfg, std::vector<std::unique_ptr<Model>> ranks,
+                      std::shared_ptr<HostAllReduce> group)
+      : cfg_(cfg), group_(std::move(group)), ranks_(std::move(ranks)) {
+    if (ranks_.empty() || static_cast<int>(ranks_.size()) != group_->ranks())
+      throw Error("tensor-parallel group: " + std::to_string(ranks_.size()) + " rank models for a group of " +
+                  std::to_string(group_->ranks()));
+    // Rank 0 runs on the caller's thread with the caller's pool; the others on their own
+    // threads, each with a pool of its own (a pool takes one caller at a time).
+    for (size_t r = 0; r < ranks_.size(); ++r) pools_.push_back(r == 0 ? nullptr : std::make_unique<ThreadPool>(1));
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -168,7 +163,22 @@ std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ra
   if (!qwen3)
     throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only (got '" +
                 (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
-  return std::make_unique<TensorParallelModel>(cfg, opts, ranks);
+  const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+  auto group = std::make_shared<HostAllReduce>(ranks);
+  std::vector<std::unique_ptr<Model>> models;
+  for (int r = 0; r < ranks; ++r) {
+    Qwen3RankOptions ro;
+    ro.plan = plan;
+    ro.rank = r;
+    ro.reduce = [group, r](float* d, int64_t n) { group->sum(r, d, n); };
+    models.push_back(load_qwen3_rank(cfg, opts, ro));
+  }
+  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
+}
+
+std::unique_ptr<Model> make_tensor_parallel_model(const ModelConfig& full, std::vector<std::unique_ptr<Model>> ranks,
+                                                  std::shared_ptr<HostAllReduce> group) {
+  return std::make_unique<TensorParallelModel>(full, std::move(ranks), std::move(group));
 }
 
 }  // namespace dsinfer

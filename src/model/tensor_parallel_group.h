@@ -52,4 +52,10 @@ class HostAllReduce {
 // refusals name the config field that does not split).
 std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts = {});
 
+// The group over rank models already made (their reduce hooks call group->sum with their
+// rank): what load_tensor_parallel returns, and what a backend's ranks are wrapped in
+// (load_qwen3_cuda_tensor_parallel, cuda_backend.h). full: the whole model's config.
+std::unique_ptr<Model> make_tensor_parallel_model(const ModelConfig& full, std::vector<std::unique_ptr<Model>> ranks,
+                                                  std::shared_ptr<HostAllReduce> group);
+
 }  // namespace dsinfer

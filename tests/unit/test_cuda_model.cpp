@@ -325,6 +325,62 @@ TEST(CudaModel, EmbeddedTargetAgreesWithCpu) {
   std::cout << "[cuda embedded] greedy ids agreeing with the CPU before the first difference: " << k << "/" << n << "\n";
 }
 
+// Tensor parallelism's GPU forward (load_qwen3_cuda_tensor_parallel): rank models on one
+// GPU, each with its heads, KV heads and features, their o and down outputs summed through
+// host memory. Greedy decoding equals the single GPU model's, logits to BF16 rounding: the
+// embedded target over 2 ranks, a test model with biases
+// (the o bias added once, after the reduction) over 2, and one whose 2 KV heads are
+// replicated over 4 ranks.
+TEST(CudaModel, TensorParallelRanksDecodeAsTheSingleModel) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    std::string dir;
+    int ranks;
+  };
+  int ran = 0;
+  for (const Case& c : {Case{kEmbedded, 2}, Case{kQwen3Dir + "/mha_bias_hd24", 2}, Case{kQwen3Dir + "/tied_gqa2", 4}}) {
+    if (!std::filesystem::exists(c.dir + "/config.json")) continue;
+    SCOPED_TRACE(c.dir + ", " + std::to_string(c.ranks) + " ranks");
+    ++ran;
+    auto single = load_qwen3_cuda(c.dir);
+    auto split = load_qwen3_cuda_tensor_parallel(c.dir, c.ranks);
+    const int V = single->config().vocab_size, steps = 24;
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 10; ++i) prompt.push_back((i * 131 + 7) % V);
+    auto decode = [&](Model& m, std::vector<float>& logits) {
+      auto kv = m.make_kv_cache(1, static_cast<int>(prompt.size()) + steps + 1);
+      ForwardBatch b;
+      b.entries.push_back({0, prompt, {static_cast<int>(prompt.size()) - 1}});
+      ForwardOutput out;
+      std::vector<int32_t> toks;
+      for (int i = 0; i < steps; ++i) {
+        m.forward(*kv, b, out);
+        logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+        toks.push_back(argmax(out.logits.data(), V));
+        b.entries[0] = {0, {toks.back()}, {0}};
+      }
+      return toks;
+    };
+    std::vector<float> la, lb;
+    const std::vector<int32_t> a = decode(*single, la), b = decode(*split, lb);
+    EXPECT_EQ(a, b);
+    ASSERT_EQ(la.size(), lb.size());
+    double worst = 0, scale = 1e-6;
+    for (size_t i = 0; i < la.size(); ++i) {
+      worst = std::max(worst, double(std::abs(la[i] - lb[i])));
+      scale = std::max(scale, double(std::abs(la[i])));
+    }
+    // Not bit-equal: x's partial sums meet in another order, and a change in x's last bits
+    // can move a BF16 rounding of the next GEMM's staged input (the CPU tolerance of
+    // EmbeddedTargetAgreesWithCpu, for the same reason).
+    EXPECT_LT(worst, 2e-2 * scale) << "the split's logits differ from the single model's beyond BF16 rounding";
+    std::cout << "[cuda tensor parallel] " << c.dir << " over " << c.ranks << " ranks: worst |diff| / scale "
+              << worst / scale << "\n";
+  }
+  EXPECT_GT(ran, 0) << "no model to split";
+  EXPECT_THROW(load_qwen3_cuda_tensor_parallel(kQwen3Dir + "/tied_gqa2", 3), Error);  // 4 heads over 3 ranks
+}
+
 // The persistent decode kernel (cuda_persistent_decode.h) against the layered kernels: a
 // sequence decoded one token per forward (graphs on, so replays count too) over a dense and
 // a paged cache (scattered blocks of 3 positions), with the drafter's layer captures (the

@@ -222,8 +222,10 @@ TEST(TensorParallel, RanksOnThreadsDecodeAsTheSingleModel) {
   TempDir tiny;
   test::write_tiny_model(tiny.path, s);
   const std::string embedded = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/target";
+  const std::string data = std::string(DSINFER_TEST_DATA) + "/qwen3/";
   for (const Case& c : {Case{"tiny, 2 ranks", tiny.path, 2}, Case{"tiny, 4 ranks (KV heads replicated)", tiny.path, 4},
-                        Case{"embedded target, 2 ranks", embedded, 2}}) {
+                        Case{"embedded target, 2 ranks", embedded, 2}, Case{"tied_gqa2, 4 ranks", data + "tied_gqa2", 4},
+                        Case{"mha_bias_hd24, 2 ranks", data + "mha_bias_hd24", 2}}) {
     SCOPED_TRACE(c.name);
     const ModelConfig cfg = load_model_config(c.dir);
     std::vector<int32_t> prompt;

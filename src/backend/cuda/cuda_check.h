@@ -77,6 +77,13 @@ class PdlScope {
   int previous_;
 };
 
+// Raises `kernel`'s limit of dynamic shared memory to at least `bytes`; never lowers it
+// (cuda_device.cpp; thread-safe). The attribute belongs to the kernel, for every thread of
+// the process: a limit remembered per thread let one thread set a smaller limit than the one
+// another thread had set and was launching against ("invalid argument": tensor-parallel
+// ranks on threads, docs/PERFORMANCE.md session 24).
+void raise_dynamic_smem(const void* kernel, size_t bytes);
+
 // The OR of the bits of the names in value, a comma list of names (cuda_device.cpp); an
 // unknown or empty name throws Error naming var and the names it takes.
 struct NamedBit {
@@ -110,7 +117,15 @@ void launch_pdl(PdlSite site, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
   cfg.numAttrs = pdl_enabled(site) ? 1 : 0;
-  DSINFER_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...));
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+  if (e != cudaSuccess) {
+    // The launch's shape in the message: the kernel is not named here, its shape tells it.
+    const std::string what = "cudaLaunchKernelEx (grid " + std::to_string(grid.x) + "x" + std::to_string(grid.y) + "x" +
+                             std::to_string(grid.z) + ", block " + std::to_string(block.x) + "x" +
+                             std::to_string(block.y) + ", dynamic shared memory " + std::to_string(smem) + " bytes" +
+                             (cfg.numAttrs ? ", PDL" : "") + ")";
+    ::dsinfer::cuda::throw_cuda(e, what.c_str(), __FILE__, __LINE__);
+  }
 }
 #endif  // __CUDACC__
 

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -74,6 +76,16 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes, int reps, int device) {
 }
 
 namespace cuda {
+
+void raise_dynamic_smem(const void* kernel, size_t bytes) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, size_t> set;
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& have = set[kernel];
+  if (bytes <= have) return;
+  DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  have = bytes;
+}
 
 unsigned parse_name_list(const char* var, const std::string& value, std::initializer_list<NamedBit> names) {
   unsigned mask = 0;

@@ -405,18 +405,14 @@ void launch_one(int row_groups, size_t smem, const GemmInput& in, const bf16* W,
   const GemvShape shape = gemv_shape();
   const int threads = 32 * shape.warps;
   const int groups = (N + kOutPerWarp * shape.warps - 1) / (kOutPerWarp * shape.warps);
-  // Per instance (one device per process): the shared memory opted in so far, and the
-  // resident blocks per SM for each (dynamic shared memory, block size) seen.
-  thread_local size_t allowed = 0;
+  // Per instance and thread (one device per process): the resident blocks per SM for each
+  // (dynamic shared memory, block size) seen.
   thread_local int sms = 0;
   thread_local std::vector<std::pair<std::pair<size_t, int>, int>> occ;
   // Opted in for every new maximum, not only past 48 KB: the kernel's static shared memory
   // counts too (4 staged rows of K = 6144, Qwen3-1.7B's down projection, are exactly 48 KB
   // and failed to launch with "invalid argument" before).
-  if (smem > allowed) {
-    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    allowed = smem;
-  }
+  raise_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   if (sms == 0) {
     int dev = 0;
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));

@@ -322,7 +322,6 @@ void launch_one(const GemmInput& in, const bf16* W, int N, int K, float* Y, int6
             unsigned long long* keys, bf16* silu_out, int64_t ld_silu, L2Prefetch next, cudaStream_t stream) {
   auto kernel = gemm_mma_kernel<kMode, kEpi, kOne>;
   thread_local int optin = 0, sms = 0;
-  thread_local size_t allowed = 0;
   if (optin == 0) {
     int dev = 0;
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
@@ -336,10 +335,7 @@ void launch_one(const GemmInput& in, const bf16* W, int N, int K, float* Y, int6
   const int rows = std::min({kMaxRows, fit, M});
   const int row_groups = (M + rows - 1) / rows;
   const size_t smem = static_cast<size_t>(rows) * row_bytes;
-  if (smem > allowed) {
-    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    allowed = smem;
-  }
+  raise_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   int per_sm = 0;
   DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   per_sm = std::max(per_sm, 1);

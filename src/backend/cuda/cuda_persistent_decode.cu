@@ -410,11 +410,8 @@ void launch(const PersistentOp* ops, int n_ops, int max_k, const PersistentParam
   const Plan pl = plan_for<kPairs>(max_k, nullptr);
   if (pl.slots == 0) throw Error("persistent decode: shape not supported (K = " + std::to_string(max_k) + ")");
   auto kernel = persistent_decode_kernel<kPairs>;
-  static int set_for = 0, sms = 0;
-  if (pl.dyn > set_for) {
-    DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, pl.dyn));
-    set_for = pl.dyn;
-  }
+  static int sms = 0;
+  raise_dynamic_smem(reinterpret_cast<const void*>(kernel), static_cast<size_t>(pl.dyn));
   if (sms == 0) {
     int dev = 0;
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));

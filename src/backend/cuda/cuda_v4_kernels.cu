@@ -728,7 +728,7 @@ unsigned blocks_for(int64_t n, int per = kThreads) { return static_cast<unsigned
 
 void opt_in_smem(const void* kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return;
-  DSINFER_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  raise_dynamic_smem(kernel, bytes);
 }
 
 }  // namespace

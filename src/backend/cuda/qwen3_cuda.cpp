@@ -40,7 +40,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -65,6 +68,8 @@
 #include "model/device_verify.h"
 #include "model/qwen3_layer.h"
 #include "model/rope_params.h"
+#include "model/tensor_parallel.h"
+#include "model/tensor_parallel_group.h"
 #include "model/weights.h"
 
 namespace dsinfer {
@@ -90,9 +95,26 @@ int graph_bucket(int n, bool pow2) { return pow2 ? pow2_at_least(n) : graph_rows
 
 constexpr int kMaxGraphRows = 256;
 
+// One tensor-parallel rank of a CudaQwen3Model (model/tensor_parallel.h): the whole
+// model's config and the plan (to read the rank's slices), and the all-reduce of a [rows,
+// hidden] F32 device buffer, ordered on the stream it is given. reduce_in_graphs: whether
+// it may be captured into a CUDA graph (NCCL's is; the host-memory one is not, so its
+// forwards run eagerly).
+using CudaRankReduce = std::function<void(float* rows, int64_t n, cudaStream_t stream)>;
+struct CudaRankSpec {
+  ModelConfig full;
+  TensorParallelPlan plan;
+  int rank = 0;
+  CudaRankReduce reduce;
+  bool reduce_in_graphs = false;
+};
+
 class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerifier {
  public:
-  CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts);
+  // rank (tensor parallelism): cfg is the rank's view of the config (its head and feature
+  // counts), rank->full the whole model's; the projections are the rank's share and the o
+  // and down outputs go through rank->reduce (load_qwen3_cuda_tensor_parallel).
+  CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts, const CudaRankSpec* rank = nullptr);
   ~CudaQwen3Model() override;
 
   const ModelConfig& config() const override { return cfg_; }
@@ -247,6 +269,10 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   ModelConfig cfg_;
   CudaModelOptions opts_;
   Qwen3LayerDims d_;
+  // Tensor parallelism (CudaRankSpec): the all-reduce of a [rows, H] device buffer on the
+  // stream, this rank's index, the host bytes of its slices while they upload.
+  CudaRankReduce tp_reduce_;
+  int tp_rank_ = 0;
   float attention_factor_ = 1.0f;
   uint64_t decode_bytes_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -278,7 +304,15 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   std::map<GraphKey, int> seen_;
 };
 
-CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts) : cfg_(cfg), opts_(opts) {
+CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& opts, const CudaRankSpec* rank)
+    : cfg_(cfg), opts_(opts) {
+  if (rank) {
+    if (!rank->reduce) throw Error("tensor-parallel rank " + std::to_string(rank->rank) + ": no all-reduce given");
+    tp_reduce_ = rank->reduce;
+    tp_rank_ = rank->rank;
+    // A reduce that cannot be captured (through host memory) runs every forward eagerly.
+    if (!rank->reduce_in_graphs) opts_.use_graphs = false;
+  }
   const std::string cfile = cfg.model_dir + "/config.json";
   if (cfg.hidden_act != "silu")
     throw Error(cfile + ": field 'hidden_act': '" + cfg.hidden_act + "' is not supported by Qwen3 (expected silu)");
@@ -343,8 +377,11 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   attention_factor_ = rope.attention_factor;
   inv_freq_ = weights_.upload(rope.inv_freq.data(), rope.inv_freq.size());
 
-  // Host side exactly as the CPU model loads (shape/dtype checks), every matrix as BF16.
-  WeightStore store(cfg.model_dir, "bf16");
+  // Host side exactly as the CPU model loads (shape/dtype checks), every matrix as BF16. A
+  // rank maps the files (it reads only its slices and the replicated tensors).
+  WeightStore store(cfg.model_dir, "bf16", rank ? MappedFile::Placement::Mmap : MappedFile::Placement::Auto);
+  std::unique_ptr<ShardReader> reader = rank ? std::make_unique<ShardReader>(cfg.model_dir) : nullptr;
+  std::deque<std::vector<uint8_t>> slices;  // a rank's converted slices, until uploaded
   d_ = qwen3_layer_dims(cfg);
   const int64_t H = d_.hidden, I = d_.intermediate, NQ = d_.q_width(), NKV = d_.kv_width(), V = cfg.vocab_size;
   auto bf16_ptr = [](const WeightView& w) {
@@ -359,7 +396,10 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   uint64_t bytes = 0;
   layers_.resize(cfg.num_hidden_layers);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    const Qwen3LayerWeights w = load_qwen3_layer(store, "model.layers." + std::to_string(l) + ".", d_, cfg.attention_bias);
+    slices.clear();
+    const Qwen3LayerWeights w =
+        rank ? load_qwen3_layer_share(store, *reader, rank->full, rank->plan, rank->rank, l, "bf16", slices)
+             : load_qwen3_layer(store, "model.layers." + std::to_string(l) + ".", d_, cfg.attention_bias);
     LayerWeights& L = layers_[l];
     L.qkv = weights_.alloc<bf16>((NQ + 2 * NKV) * H);
     upload_rows(upload_rows(upload_rows(L.qkv, w.q), w.k), w.v);
@@ -425,7 +465,7 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   // bits), no biases (Qwen3 has none), even feature counts and K % 8 == 0 (16-byte rows), a
   // shape that fits.
   const bool want = env_switch("DSINFER_CUDA_PERSISTENT", opts.persistent_decode);
-  persistent_ = want && opts.batch_invariant && !cfg.attention_bias && !shape.mma;
+  persistent_ = want && opts.batch_invariant && !cfg.attention_bias && !shape.mma && !tp_reduce_;
   if (want && opts.batch_invariant && shape.mma)
     std::fprintf(stderr, "dsinfer: persistent decode off: it computes the row kernel's bits (--cuda-gemm rows), "
                          "not the tensor-core GEMM's\n");
@@ -756,9 +796,14 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
     }
     if (diag_omit_ & kAddEmpty) empty_launch(32, 256, s);
     if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
+    // Tensor parallelism: rank 0 adds its partial o (and down) output to x as usual, the
+    // other ranks overwrite x with theirs, and the all-reduce leaves x + every rank's part
+    // in every rank's x; the o bias after it, once.
+    const bool into_x = !tp_reduce_ || tp_rank_ == 0;
     if (!(diag_omit_ & kOmitO))
-      gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, true, nullptr, s, nullptr,
+      gemm_->run(GemmInput::bf16_rows(attb_, NQ), W.o, H, NQ, x_, H, T, into_x, nullptr, s, nullptr,
                  range(W.gu, b_gu, gu_win, pf_tail_));
+    if (tp_reduce_) tp_reduce_(x_, T * H, s);
     if (W.o_bias) add_bias_rows(x_, H, T, H, W.o_bias, s);
     mark("gemm o (+= x)");
     if (!(diag_omit_ & kOmitGu))
@@ -766,7 +811,8 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
                       range(W.down, b_down, 0, pf_tail_));
     mark("gemm gate|up (+rmsnorm, swiglu)");
     if (!(diag_omit_ & kOmitDown))
-      gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, true, nullptr, s, nullptr, after_down);
+      gemm_->run(GemmInput::bf16_rows(act_, I), W.down, H, I, x_, H, T, into_x, nullptr, s, nullptr, after_down);
+    if (tp_reduce_) tp_reduce_(x_, T * H, s);
     mark("gemm down (+= x)");
     capture(l);
   }
@@ -853,6 +899,7 @@ void CudaQwen3Model::print_profile() const {
 void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
                          std::vector<VerifyRequest>* reqs) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (tp_reduce_) DSINFER_CUDA_CHECK(cudaSetDevice(opts_.device));  // a tensor-parallel rank runs on its own thread
   using Clock = std::chrono::steady_clock;
   const Clock::time_point t_entry = forward_times_ ? Clock::now() : Clock::time_point{};
   // The dense per-slot cache (make_kv_cache) or the engine's paged pool (make_paged_kv_cache).
@@ -1165,6 +1212,45 @@ void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool app
 int64_t cuda_persistent_decode_calls(const Model& model) {
   const auto* m = dynamic_cast<const cuda::CudaQwen3Model*>(&model);
   return m ? m->persistent_calls() : 0;
+}
+
+std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_dir, int ranks,
+                                                       const CudaModelOptions& opts) {
+  ModelConfig cfg = load_model_config(model_dir);
+  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  if (!qwen3)
+    throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only");
+  const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+  auto group = std::make_shared<HostAllReduce>(ranks);
+  std::vector<std::unique_ptr<Model>> models;
+  for (int r = 0; r < ranks; ++r) {
+    cuda::CudaRankSpec spec;
+    spec.full = cfg;
+    spec.plan = plan;
+    spec.rank = r;
+    // Through host memory: the stream drained, the rows summed by HostAllReduce, copied back.
+    auto host = std::make_shared<std::vector<float>>();
+    const int device = opts.device;
+    spec.reduce = [group, r, host, device](float* rows, int64_t n, cudaStream_t s) {
+      DSINFER_CUDA_CHECK(cudaSetDevice(device));
+      host->resize(static_cast<size_t>(n));
+      DSINFER_CUDA_CHECK(cudaMemcpyAsync(host->data(), rows, static_cast<size_t>(n) * sizeof(float),
+                                         cudaMemcpyDeviceToHost, s));
+      DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
+      group->sum(r, host->data(), n);
+      DSINFER_CUDA_CHECK(cudaMemcpyAsync(rows, host->data(), static_cast<size_t>(n) * sizeof(float),
+                                         cudaMemcpyHostToDevice, s));
+      DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
+    };
+    spec.reduce_in_graphs = false;
+    const TensorParallelRank& t = plan.rank[static_cast<size_t>(r)];
+    ModelConfig view = cfg;
+    view.num_attention_heads = t.q_head_end - t.q_head_begin;
+    view.num_key_value_heads = t.kv_head_end - t.kv_head_begin;
+    view.intermediate_size = t.inter_end - t.inter_begin;
+    models.push_back(std::make_unique<cuda::CudaQwen3Model>(view, opts, &spec));
+  }
+  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
 }
 
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
