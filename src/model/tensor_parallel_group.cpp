@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "model/block_kv_cache.h"
 #include "model/qwen3.h"
 #include "model/tensor_parallel.h"
 
@@ -87,6 +88,41 @@ class TensorParallelKVCache final : public KVCache {
   std::vector<std::unique_ptr<KVCache>> ranks_;
 };
 
+// The engine's paged cache over one paged cache per rank: the bookkeeping (tables, lengths)
+// here, every bind, truncate and block copy repeated on each rank's storage, so the ranks'
+// K/V stay at the same block ids; lengths are taken back from rank 0 after a forward.
+class TensorParallelBlockKVCache final : public BlockKVCache {
+ public:
+  TensorParallelBlockKVCache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                             std::vector<std::unique_ptr<BlockKVCache>> ranks)
+      : BlockKVCache("tensor-parallel paged KV cache", block_size, num_blocks, max_slots, max_tokens),
+        ranks_(std::move(ranks)) {}
+  void truncate(int slot, int new_length) override {
+    BlockKVCache::truncate(slot, new_length);
+    for (auto& r : ranks_) r->truncate(slot, new_length);
+  }
+  void copy_block(int32_t src, int32_t dst, int n_tokens) override {
+    check_copy(src, dst, n_tokens);
+    for (auto& r : ranks_) r->copy_block(src, dst, n_tokens);
+  }
+  void prefault() override {
+    for (auto& r : ranks_) r->prefault();
+  }
+  BlockKVCache& rank(int r) { return *ranks_[static_cast<size_t>(r)]; }
+  // After a forward: the lengths the ranks' forwards set.
+  void take_lengths(const ForwardBatch& batch) {
+    for (const ForwardEntry& e : batch.entries) set_length(e.slot, ranks_[0]->length(e.slot));
+  }
+
+ protected:
+  void on_bind(int slot, std::span<const int32_t> blocks) override {
+    for (auto& r : ranks_) r->bind(slot, blocks, length(slot));
+  }
+
+ private:
+  std::vector<std::unique_ptr<BlockKVCache>> ranks_;
+};
+
 class TensorParallelModel final : public Model {
  public:
   TensorParallelModel(const ModelConfig& cfg, std::vector<std::unique_ptr<Model>> ranks,
@@ -107,20 +143,28 @@ class TensorParallelModel final : public Model {
     return std::make_unique<TensorParallelKVCache>(std::move(caches));
   }
   DType kv_dtype() const override { return ranks_[0]->kv_dtype(); }
-  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int, int64_t, int, int, int) const override {
-    throw Error("tensor parallelism: the batched engine's paged KV cache is not supported yet (dense caches only)");
+  // No feature rows next to the K/V (the engine then keeps the drafter's in its own store).
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
+    (void)feature_floats;
+    std::vector<std::unique_ptr<BlockKVCache>> caches;
+    for (const auto& m : ranks_) caches.push_back(m->make_paged_kv_cache(block_size, num_blocks, max_slots, max_tokens, 0));
+    return std::make_unique<TensorParallelBlockKVCache>(block_size, num_blocks, max_slots, max_tokens, std::move(caches));
   }
 
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override {
     auto* tp = dynamic_cast<TensorParallelKVCache*>(&kv);
-    if (!tp) throw Error("forward: KV cache was not made by this tensor-parallel model's make_kv_cache");
+    auto* paged = tp ? nullptr : dynamic_cast<TensorParallelBlockKVCache*>(&kv);
+    if (!tp && !paged)
+      throw Error("forward: KV cache was not made by this tensor-parallel model's make_kv_cache or make_paged_kv_cache");
+    auto rank_cache = [&](int r) -> KVCache& { return tp ? tp->rank(r) : static_cast<KVCache&>(paged->rank(r)); };
     const int n = static_cast<int>(ranks_.size());
     group_->reset();
     std::vector<ForwardOutput> outs(static_cast<size_t>(n));
     std::vector<std::exception_ptr> errs(static_cast<size_t>(n));
     auto run = [&](int r, ForwardOutput& o) {
       try {
-        ranks_[static_cast<size_t>(r)]->forward(tp->rank(r), batch, o);
+        ranks_[static_cast<size_t>(r)]->forward(rank_cache(r), batch, o);
       } catch (...) {
         errs[static_cast<size_t>(r)] = std::current_exception();
         group_->abort();
@@ -137,6 +181,7 @@ class TensorParallelModel final : public Model {
     for (auto& t : threads) t.join();
     for (const auto& e : errs)  // rank 0's error first: a bad batch fails every rank alike
       if (e) std::rethrow_exception(e);
+    if (paged) paged->take_lengths(batch);
   }
 
   void embed(const int32_t* ids, int n, float* out) const override { ranks_[0]->embed(ids, n, out); }

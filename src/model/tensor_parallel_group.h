@@ -10,7 +10,9 @@
 // rounding of the changed summation order (tests/unit/test_model_tensor_parallel.cpp).
 //
 // Caches: make_kv_cache gives one dense cache per rank behind one KVCache (lengths kept in
-// step); the batched engine's paged cache is refused by name for now.
+// step); make_paged_kv_cache one paged cache per rank behind one BlockKVCache (the engine's
+// tables bound, truncated and copied on every rank), so the batched engine serves a split
+// model unchanged.
 #pragma once
 #include <condition_variable>
 #include <cstdint>

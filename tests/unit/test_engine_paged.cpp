@@ -28,6 +28,7 @@
 #include "engine/llm_engine.h"
 #include "engine/speculative.h"
 #include "model/model.h"
+#include "model/tensor_parallel_group.h"
 #include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
@@ -267,8 +268,10 @@ TEST(PagedEngine, WarmupPromptsAreCachedAndHit) {
   }
 }
 
-TEST(PagedEngine, IdleDefragKeepsCachedPrefixesExact) {
-  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+// The body of IdleDefragKeepsCachedPrefixesExact on `model` (its greedy outputs must be
+// the fixture's single-request ones).
+static void expect_defrag_keeps_prefixes(Model& model, const std::string& what) {
+  SCOPED_TRACE(what);
   Fixture& f = fixture();
   EngineOptions o;
   o.max_running = 8;
@@ -276,7 +279,7 @@ TEST(PagedEngine, IdleDefragKeepsCachedPrefixesExact) {
   o.kv_num_blocks = 400;
   o.shard_count = 1;
   o.enable_cache_defrag = true;
-  LLMEngine engine(*f.model, o);
+  LLMEngine engine(model, o);
   std::map<uint64_t, std::vector<int32_t>> got;
   std::map<uint64_t, std::pair<size_t, int>> case_of;  // case, max_tokens
   auto run = [&](const std::vector<std::pair<size_t, int>>& reqs) {
@@ -315,6 +318,15 @@ TEST(PagedEngine, IdleDefragKeepsCachedPrefixesExact) {
     EXPECT_EQ(got[id], std::vector<int32_t>(plain.begin(), plain.begin() + c.second)) << "request " << c.first;
   }
   expect_pool_drained(engine, "defrag");
+}
+
+// Also over a tensor-parallel target: the moves happen on every rank's storage
+// (model/tensor_parallel_group.h).
+TEST(PagedEngine, IdleDefragKeepsCachedPrefixesExact) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  expect_defrag_keeps_prefixes(*fixture().model, "single model");
+  auto split = load_tensor_parallel(kRoot + "/target", 2);
+  expect_defrag_keeps_prefixes(*split, "two tensor-parallel ranks");
 }
 
 TEST(PagedEngine, BadPoolOptionsAndOversizedRequestsAreErrors) {
@@ -363,11 +375,11 @@ struct PrecisionScope {
   MatmulPrecision saved;
 };
 
-// Runs cases [0, n) at once and compares each output with `plain` (same precision).
-void expect_outputs(const EngineOptions& opts, size_t n, const std::vector<std::vector<int32_t>>& plain,
-                    const std::string& what) {
+// Runs cases [0, n) at once on `model` and compares each output with `plain`.
+void expect_outputs_on(Model& model, const EngineOptions& opts, size_t n, const std::vector<std::vector<int32_t>>& plain,
+                       const std::string& what) {
   Fixture& f = fixture();
-  LLMEngine engine(*f.model, opts);
+  LLMEngine engine(model, opts);
   std::map<uint64_t, std::vector<int32_t>> got;
   std::map<uint64_t, size_t> case_of;
   for (size_t i = 0; i < n; ++i) {
@@ -384,6 +396,12 @@ void expect_outputs(const EngineOptions& opts, size_t n, const std::vector<std::
   }
   for (const auto& [id, i] : case_of) EXPECT_EQ(got[id], plain[i]) << what << ": request " << i;
   expect_pool_drained(engine, what);
+}
+
+// The same on the fixture's model (same precision as `plain`).
+void expect_outputs(const EngineOptions& opts, size_t n, const std::vector<std::vector<int32_t>>& plain,
+                    const std::string& what) {
+  expect_outputs_on(*fixture().model, opts, n, plain, what);
 }
 
 }  // namespace
@@ -415,6 +433,39 @@ TEST(PagedEngine, Bf16KvIsLosslessAgainstSingleRequestDecoding) {
     o.kv_block_size = 8;
     o.kv_num_blocks = 80;
     expect_outputs(o, n, plain, "bf16 dspark fixed, small pool");
+  }
+}
+
+// The batched engine over a tensor-parallel target (model/tensor_parallel_group.h: the
+// embedded target split over two CPU ranks, each with half the heads and features and its
+// own paged K/V at the engine's block ids, the ranks summing their o and down outputs):
+// concurrent requests, plain and with DSpark, in a pool small enough to preempt, give
+// exactly the split model's single-request greedy outputs, and those are the single
+// model's.
+TEST(PagedEngine, TensorParallelTargetIsLossless) {
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  auto split = load_tensor_parallel(kRoot + "/target", 2);
+  const size_t n = 24;
+  std::vector<std::vector<int32_t>> plain;
+  for (size_t i = 0; i < n; ++i) {
+    StopConditions stop;
+    stop.max_tokens = f.cases[i].max_tokens;
+    plain.push_back(generate(*split, nullptr, f.cases[i].prompt, SamplingParams{}, stop).ids);
+    EXPECT_EQ(plain.back(), f.cases[i].plain) << "request " << i << ": the split model's greedy output";
+  }
+  EngineOptions o;
+  o.max_running = 12;
+  o.max_batch_tokens = 128;
+  EXPECT_GT(small_pool(o).kv_num_blocks, 0);
+  expect_outputs_on(*split, small_pool(o), n, plain, "tensor-parallel plain, small pool");
+  if (f.dspark) {
+    o.drafter = f.dspark.get();
+    o.calibration = f.cal ? &*f.cal : nullptr;
+    o = small_pool(o);
+    o.kv_block_size = 8;
+    o.kv_num_blocks = 80;
+    expect_outputs_on(*split, o, n, plain, "tensor-parallel dspark fixed, small pool");
   }
 }
 
