@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_nccl.h"
 #include "cuda_test_util.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -379,6 +380,45 @@ TEST(CudaModel, TensorParallelRanksDecodeAsTheSingleModel) {
   }
   EXPECT_GT(ran, 0) << "no model to split";
   EXPECT_THROW(load_qwen3_cuda_tensor_parallel(kQwen3Dir + "/tied_gqa2", 3), Error);  // 4 heads over 3 ranks
+}
+
+// The same split over NCCL (cuda_nccl.h), one GPU per rank: an all-gather and a sum in
+// rank order, inside the CUDA graphs. With one rank it must give the single model's tokens
+// (its logits to rounding: a zero's sign); with two, on a machine with two GPUs, what the
+// host-memory form gives. Skipped without libnccl.so.2 or without enough GPUs.
+TEST(CudaModel, TensorParallelOverNcclDecodesAsTheSingleModel) {
+  SKIP_WITHOUT_GPU();
+  if (!std::filesystem::exists(kEmbedded + "/config.json")) GTEST_SKIP() << "no " << kEmbedded;
+  const std::string why = cuda::nccl_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  int gpus = 0;
+  DSINFER_CUDA_CHECK(cudaGetDeviceCount(&gpus));
+  auto single = load_qwen3_cuda(kEmbedded);
+  const int V = single->config().vocab_size;
+  const std::vector<int32_t> prompt = {100, 2000, 31, 4000, 77, 5, 600, 7000, 12, 13};
+  const std::vector<int32_t> want = greedy(*single, prompt, 32);
+  for (int ranks : {1, 2}) {
+    if (ranks > gpus) {
+      std::cout << "[cuda tensor parallel] NCCL over " << ranks << " GPUs not run: " << gpus << " GPU(s) here\n";
+      continue;
+    }
+    SCOPED_TRACE(std::to_string(ranks) + " ranks over NCCL");
+    auto split = load_qwen3_cuda_tensor_parallel(kEmbedded, ranks, {}, TensorParallelTransport::Nccl);
+    EXPECT_EQ(greedy(*split, prompt, 32), want);
+    ForwardBatch b;
+    b.entries.push_back({0, prompt, {static_cast<int>(prompt.size()) - 1}});
+    ForwardOutput oa, ob;
+    auto ka = single->make_kv_cache(1, 16), kb = split->make_kv_cache(1, 16);
+    single->forward(*ka, b, oa);
+    split->forward(*kb, b, ob);
+    ASSERT_EQ(oa.logits.size(), ob.logits.size());
+    double worst = 0, scale = 1e-6;
+    for (int j = 0; j < V; ++j) {
+      worst = std::max(worst, double(std::abs(oa.logits[j] - ob.logits[j])));
+      scale = std::max(scale, double(std::abs(oa.logits[j])));
+    }
+    EXPECT_LT(worst, (ranks == 1 ? 1e-6 : 2e-2) * scale);
+  }
 }
 
 // The persistent decode kernel (cuda_persistent_decode.h) against the layered kernels: a

@@ -58,15 +58,20 @@ double cuda_copy_bandwidth_gbs(uint64_t bytes = 2ull << 30, int reps = 20, int d
 // Loads a Qwen3 (Qwen3ForCausalLM) checkpoint onto the GPU. Throws Error naming the
 // file/field at fault, or the CUDA call that failed.
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts = {});
-// Tensor parallelism on the GPU, first form (issue 10): the Qwen3 checkpoint split over
-// `ranks` rank models (model/tensor_parallel.h: each holds its heads and features in device
-// memory, its KV cache its KV heads), all on opts.device, run together on one thread each
-// (model/tensor_parallel_group.h), their o and down outputs summed through host memory, so
-// CUDA graphs are off. It proves the split's GPU forward on a machine with one GPU; it is
-// not fast (a host round trip per reduction). The NCCL all-reduce (capturable, one GPU per
-// rank) is not built yet. Dense KV caches only.
+// Tensor parallelism on the GPU (issue 10): the Qwen3 checkpoint split over `ranks` rank
+// models (model/tensor_parallel.h: each holds its heads and features in device memory, its
+// KV caches its KV heads), run together on one thread each (model/tensor_parallel_group.h,
+// dense and paged caches, so the batched engine serves it), their o and down outputs summed
+// in rank order after every layer.
+//  - HostMemory: every rank on opts.device, the sums through host memory, CUDA graphs off.
+//    It proves the split's GPU forward on a machine with one GPU; it is not fast.
+//  - Nccl: rank r on GPU opts.device + r, the sums as an NCCL all-gather and a sum in rank
+//    order on each GPU (cuda_nccl.h: the same bits as HostMemory, and capturable, so graphs
+//    stay on). Built, never run: no multi-GPU machine has been lent yet.
+enum class TensorParallelTransport { HostMemory, Nccl };
 std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_dir, int ranks,
-                                                       const CudaModelOptions& opts = {});
+                                                       const CudaModelOptions& opts = {},
+                                                       TensorParallelTransport transport = TensorParallelTransport::HostMemory);
 // Loads a DeepSeek-V4 (DeepseekV4ForCausalLM) checkpoint onto the GPU (deepseek_v4_cuda.cpp):
 // weights as stored (F32/BF16, FP8/FP4 dequantised inside the kernels), the decoding state in
 // device memory. Uses opts.device, use_graphs and cache_prealloc_ratio; its kernels are

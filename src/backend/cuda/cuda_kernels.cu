@@ -267,6 +267,20 @@ void empty_launch(int blocks, int threads, cudaStream_t stream) {
   DSINFER_CUDA_LAUNCHED("empty_kernel");
 }
 
+__global__ void sum_rank_rows_kernel(const float* __restrict__ parts, int ranks, int64_t n, float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float s = 0.0f;
+  for (int r = 0; r < ranks; ++r) s += parts[static_cast<int64_t>(r) * n + i];
+  out[i] = s;
+}
+
+void sum_rank_rows(const float* parts, int ranks, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0 || ranks <= 0) return;
+  sum_rank_rows_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(parts, ranks, n, out);
+  DSINFER_CUDA_LAUNCHED("sum_rank_rows_kernel");
+}
+
 void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaStream_t stream) {
   if (rows <= 0 || !b) return;
   add_bias_kernel<<<blocks_for(static_cast<int64_t>(rows) * n, 256), 256, 0, stream>>>(y, ld, rows, n, b);

@@ -112,6 +112,10 @@ void empty_launch(int blocks, int threads, cudaStream_t stream);
 // y[r, i] += b[i] for r < rows, i < n (row stride ld).
 void add_bias_rows(float* y, int64_t ld, int rows, int n, const float* b, cudaStream_t stream);
 
+// out[i] = sum over r < ranks of parts[r * n + i], added in rank order from 0.0f (the order
+// and bits of HostAllReduce): the tensor-parallel sum after an all-gather (cuda_nccl.h).
+void sum_rank_rows(const float* parts, int ranks, int64_t n, float* out, cudaStream_t stream);
+
 // act[r, i] = bf16(silu(gu[r, i]) * gu[r, I + i]) (gate then up in one [rows, 2I] matrix).
 void silu_mul_rows(const float* gu, int rows, int I, bf16* act, cudaStream_t stream);
 

@@ -58,6 +58,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_nccl.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
 #include "backend/cuda/cuda_persistent_decode.h"
 #include "backend/cuda/cuda_sampling.h"
@@ -611,7 +612,20 @@ const std::pair<PersistentOp*, int>& CudaQwen3Model::persistent_ops(const Device
   return persistent_tables_.emplace(key, std::make_pair(dev, static_cast<int>(ops.size()))).first->second;
 }
 
+// The model's device current on this thread while it lives, the caller's again after:
+// caches are allocated where the model runs (a tensor-parallel group's ranks are made and
+// asked for caches from one thread, each rank on its own GPU).
+struct DeviceScope {
+  int previous = -1;
+  explicit DeviceScope(int device) {
+    DSINFER_CUDA_CHECK(cudaGetDevice(&previous));
+    if (previous != device) DSINFER_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() { cudaSetDevice(previous); }
+};
+
 std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_tokens) const {
+  DeviceScope on(opts_.device);
   check(max_slots >= 1, "CUDA KV cache: max_slots must be >= 1");
   const double ratio = opts_.cache_prealloc_ratio;
   check(ratio > 0.0 && ratio <= 1.0, "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(ratio) + ")");
@@ -635,6 +649,7 @@ std::unique_ptr<KVCache> CudaQwen3Model::make_kv_cache(int max_slots, int max_to
 }
 
 int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio, int feature_floats) const {
+  DeviceScope on(opts_.device);
   check(block_size >= 1, "--kv-block-size: must be >= 1 (got " + std::to_string(block_size) + ")");
   check(prealloc_ratio > 0.0 && prealloc_ratio <= 1.0,
         "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(prealloc_ratio) + ")");
@@ -650,6 +665,7 @@ int64_t CudaQwen3Model::device_kv_blocks(int block_size, double prealloc_ratio, 
 
 std::unique_ptr<BlockKVCache> CudaQwen3Model::make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
                                                                   int max_tokens, int feature_floats) const {
+  DeviceScope on(opts_.device);
   check(block_size >= 1 && num_blocks >= 1, "CUDA paged KV cache: block_size and num_blocks must be >= 1");
   check(feature_floats >= 0, "CUDA paged KV cache: negative feature row width");
   size_t free_b = 0, total_b = 0;
@@ -1215,12 +1231,27 @@ int64_t cuda_persistent_decode_calls(const Model& model) {
 }
 
 std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_dir, int ranks,
-                                                       const CudaModelOptions& opts) {
+                                                       const CudaModelOptions& opts, TensorParallelTransport transport) {
   ModelConfig cfg = load_model_config(model_dir);
   const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
   if (!qwen3)
     throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only");
   const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+  const bool nccl = transport == TensorParallelTransport::Nccl;
+  std::shared_ptr<cuda::NcclGroup> comms;
+  if (nccl) {
+    int count = 0;
+    DSINFER_CUDA_CHECK(cudaGetDeviceCount(&count));
+    if (opts.device + ranks > count)
+      throw Error("--tensor-parallel " + std::to_string(ranks) + ": one GPU per rank from device " +
+                  std::to_string(opts.device) + " needs " + std::to_string(opts.device + ranks) + " GPUs, found " +
+                  std::to_string(count));
+    std::vector<int> devices;
+    for (int r = 0; r < ranks; ++r) devices.push_back(opts.device + r);
+    comms = std::make_shared<cuda::NcclGroup>(devices);
+  }
+  // The group the ranks' threads meet in (the host-memory sums; with NCCL only its
+  // forward-level bookkeeping).
   auto group = std::make_shared<HostAllReduce>(ranks);
   std::vector<std::unique_ptr<Model>> models;
   for (int r = 0; r < ranks; ++r) {
@@ -1228,28 +1259,66 @@ std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_
     spec.full = cfg;
     spec.plan = plan;
     spec.rank = r;
-    // Through host memory: the stream drained, the rows summed by HostAllReduce, copied back.
-    auto host = std::make_shared<std::vector<float>>();
-    const int device = opts.device;
-    spec.reduce = [group, r, host, device](float* rows, int64_t n, cudaStream_t s) {
+    CudaModelOptions ro = opts;
+    ro.device = nccl ? opts.device + r : opts.device;
+    const int device = ro.device;
+    if (nccl) {
+      // An all-gather into [ranks][n] and the sum in rank order, on the rank's stream. The
+      // gather buffer of a graph-sized call has one address for the model's life (graphs
+      // replay it); larger calls (eager) use a second buffer that grows.
+      struct Buffers {
+        float* small = nullptr;
+        float* large = nullptr;
+        size_t small_n = 0, large_n = 0;
+        ~Buffers() {
+          if (small) cudaFree(small);
+          if (large) cudaFree(large);
+        }
+      };
+      auto buf = std::make_shared<Buffers>();
+      buf->small_n = static_cast<size_t>(ranks) * cuda::kMaxGraphRows * static_cast<size_t>(cfg.hidden_size);
       DSINFER_CUDA_CHECK(cudaSetDevice(device));
-      host->resize(static_cast<size_t>(n));
-      DSINFER_CUDA_CHECK(cudaMemcpyAsync(host->data(), rows, static_cast<size_t>(n) * sizeof(float),
-                                         cudaMemcpyDeviceToHost, s));
-      DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
-      group->sum(r, host->data(), n);
-      DSINFER_CUDA_CHECK(cudaMemcpyAsync(rows, host->data(), static_cast<size_t>(n) * sizeof(float),
-                                         cudaMemcpyHostToDevice, s));
-      DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
-    };
-    spec.reduce_in_graphs = false;
+      DSINFER_CUDA_CHECK(cudaMalloc(&buf->small, buf->small_n * sizeof(float)));
+      spec.reduce = [comms, buf, r, ranks](float* rows, int64_t n, cudaStream_t s) {
+        const size_t need = static_cast<size_t>(ranks) * static_cast<size_t>(n);
+        float* recv = buf->small;
+        if (need > buf->small_n) {
+          if (need > buf->large_n) {
+            DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
+            if (buf->large) DSINFER_CUDA_CHECK(cudaFree(buf->large));
+            DSINFER_CUDA_CHECK(cudaMalloc(&buf->large, need * sizeof(float)));
+            buf->large_n = need;
+          }
+          recv = buf->large;
+        }
+        comms->all_gather(r, rows, recv, static_cast<size_t>(n), s);
+        cuda::sum_rank_rows(recv, ranks, n, rows, s);
+      };
+      spec.reduce_in_graphs = true;
+    } else {
+      // Through host memory: the stream drained, the rows summed by HostAllReduce, copied back.
+      auto host = std::make_shared<std::vector<float>>();
+      spec.reduce = [group, r, host, device](float* rows, int64_t n, cudaStream_t s) {
+        DSINFER_CUDA_CHECK(cudaSetDevice(device));
+        host->resize(static_cast<size_t>(n));
+        DSINFER_CUDA_CHECK(cudaMemcpyAsync(host->data(), rows, static_cast<size_t>(n) * sizeof(float),
+                                           cudaMemcpyDeviceToHost, s));
+        DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
+        group->sum(r, host->data(), n);
+        DSINFER_CUDA_CHECK(cudaMemcpyAsync(rows, host->data(), static_cast<size_t>(n) * sizeof(float),
+                                           cudaMemcpyHostToDevice, s));
+        DSINFER_CUDA_CHECK(cudaStreamSynchronize(s));
+      };
+      spec.reduce_in_graphs = false;
+    }
     const TensorParallelRank& t = plan.rank[static_cast<size_t>(r)];
     ModelConfig view = cfg;
     view.num_attention_heads = t.q_head_end - t.q_head_begin;
     view.num_key_value_heads = t.kv_head_end - t.kv_head_begin;
     view.intermediate_size = t.inter_end - t.inter_begin;
-    models.push_back(std::make_unique<cuda::CudaQwen3Model>(view, opts, &spec));
+    models.push_back(std::make_unique<cuda::CudaQwen3Model>(view, ro, &spec));
   }
+  DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));  // each rank's constructor made its own device current
   return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
 }
 
