@@ -18,6 +18,7 @@ struct DeviceArgs {
   std::string cuda_gemm = "invariant";   // invariant (fixed-order, tensor cores) | rows (fixed-order row kernel) | cublas
   std::string cuda_graphs = "on";        // on | off
   double cache_prealloc_ratio = 0.9;     // share of free device memory a KV cache may take
+  int tensor_parallel = 1;               // --device cuda: ranks, one GPU each (NCCL); 1 = one GPU
 };
 
 // with_cache_prealloc = false leaves --cache-prealloc-ratio to the command (bench-engine

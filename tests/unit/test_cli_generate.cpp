@@ -92,6 +92,10 @@ TEST(CliGenerate, BadInputGivesOneLineErrors) {
   // Garbage in --prompt-ids.
   expect_clean_error(run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt-ids", "1,x"}),
                      "--prompt-ids");
+  // Tensor parallelism is a GPU feature (one GPU per rank): refused on the CPU by name.
+  expect_clean_error(run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt-ids", "1",
+                                  "--tensor-parallel", "2"}),
+                     "--device cuda");
   // --prompt without a tokenizer in the directory.
   expect_clean_error(run_dsinfer({"generate", "--model-path", kGoldenDir + "/tied_gqa2", "--prompt", "hi"}),
                      "tokenizer.json");
