@@ -398,6 +398,18 @@ void expect_outputs_on(Model& model, const EngineOptions& opts, size_t n, const 
   expect_pool_drained(engine, what);
 }
 
+// o with the shipped DSpark drafter (fixed policy) in a pool of 80 blocks of 8 positions:
+// verify blocks cross block edges often, and requests are preempted.
+EngineOptions dspark_small_pool(EngineOptions o) {
+  Fixture& f = fixture();
+  o.drafter = f.dspark.get();
+  o.calibration = f.cal ? &*f.cal : nullptr;
+  o = small_pool(o);
+  o.kv_block_size = 8;
+  o.kv_num_blocks = 80;
+  return o;
+}
+
 // The same on the fixture's model (same precision as `plain`).
 void expect_outputs(const EngineOptions& opts, size_t n, const std::vector<std::vector<int32_t>>& plain,
                     const std::string& what) {
@@ -426,14 +438,7 @@ TEST(PagedEngine, Bf16KvIsLosslessAgainstSingleRequestDecoding) {
   o.max_batch_tokens = 128;
   expect_outputs(o, n, plain, "bf16 plain, roomy pool");
   expect_outputs(small_pool(o), n, plain, "bf16 plain, small pool");
-  if (f.dspark) {
-    o.drafter = f.dspark.get();
-    o.calibration = f.cal ? &*f.cal : nullptr;
-    o = small_pool(o);
-    o.kv_block_size = 8;
-    o.kv_num_blocks = 80;
-    expect_outputs(o, n, plain, "bf16 dspark fixed, small pool");
-  }
+  if (f.dspark) expect_outputs(dspark_small_pool(o), n, plain, "bf16 dspark fixed, small pool");
 }
 
 // The batched engine over a tensor-parallel target (model/tensor_parallel_group.h: the
@@ -457,16 +462,8 @@ TEST(PagedEngine, TensorParallelTargetIsLossless) {
   EngineOptions o;
   o.max_running = 12;
   o.max_batch_tokens = 128;
-  EXPECT_GT(small_pool(o).kv_num_blocks, 0);
   expect_outputs_on(*split, small_pool(o), n, plain, "tensor-parallel plain, small pool");
-  if (f.dspark) {
-    o.drafter = f.dspark.get();
-    o.calibration = f.cal ? &*f.cal : nullptr;
-    o = small_pool(o);
-    o.kv_block_size = 8;
-    o.kv_num_blocks = 80;
-    expect_outputs_on(*split, o, n, plain, "tensor-parallel dspark fixed, small pool");
-  }
+  if (f.dspark) expect_outputs_on(*split, dspark_small_pool(o), n, plain, "tensor-parallel dspark fixed, small pool");
 }
 
 // The drafter's feature store keeps captured target rows in BF16 in bf16 matmul precision.
