@@ -48,7 +48,7 @@ std::string gib(uint64_t b) {
 
 class DeepseekV4Model final : public Model, public DeepseekV4Info {
  public:
-  DeepseekV4Model(const ModelConfig& cfg, const LoadOptions& opts);
+  DeepseekV4Model(const ModelConfig& cfg, const LoadOptions& opts, const V4ExpertRankOptions* rank = nullptr);
 
   const ModelConfig& config() const override { return gcfg_; }
   // The state grows on demand, so capacity costs nothing up front; but a capacity that
@@ -78,19 +78,33 @@ class DeepseekV4Model final : public Model, public DeepseekV4Info {
   std::unique_ptr<V4TensorIndex> index_;
   std::deque<std::vector<uint8_t>> owned_;
   V4Weights w_;
+  // Expert parallelism (load_deepseek_v4_rank): this rank's experts and the group's sum.
+  V4MoeShare share_;
+  RankReduce share_reduce_;
   V4RopeTables rope_;
   uint64_t decode_bytes_ = 0;
   std::vector<float> scratch_;
 };
 
-DeepseekV4Model::DeepseekV4Model(const ModelConfig& g, const LoadOptions& opts) : gcfg_(g) {
+DeepseekV4Model::DeepseekV4Model(const ModelConfig& g, const LoadOptions& opts, const V4ExpertRankOptions* rank)
+    : gcfg_(g) {
   if (opts.weight_dtype != "auto")
     throw Error("weight dtype option '" + opts.weight_dtype + "': DeepSeek-V4 models use their weights as stored (only 'auto')");
   cfg_ = parse_deepseek_v4_config(g);
+  if (rank) {
+    if (!rank->reduce) throw Error("expert-parallel rank: no all-reduce given");
+    if (rank->expert_begin < 0 || rank->expert_end > cfg_.experts || rank->expert_begin >= rank->expert_end)
+      throw Error("expert-parallel rank: experts [" + std::to_string(rank->expert_begin) + ", " +
+                  std::to_string(rank->expert_end) + ") outside the model's " + std::to_string(cfg_.experts));
+    share_reduce_ = rank->reduce;
+    share_.expert_begin = rank->expert_begin;
+    share_.expert_end = rank->expert_end;
+    share_.reduce = &share_reduce_;
+  }
   const int r = cfg_.rope_dim;
   rope_.main_inv = compute_rope_params(cfg_.rope_main, r, cfg_.max_pos).inv_freq;
   rope_.compress_inv = compute_rope_params(cfg_.rope_compress, r, cfg_.max_pos).inv_freq;
-  index_ = std::make_unique<V4TensorIndex>(g.model_dir);
+  index_ = std::make_unique<V4TensorIndex>(g.model_dir, rank ? MappedFile::Placement::Mmap : MappedFile::Placement::Auto);
   w_ = load_deepseek_v4_weights(*index_, cfg_, owned_);
 
   decode_bytes_ = v4_decode_weight_bytes(w_, cfg_);
@@ -198,7 +212,7 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
     v4_hc_pre({&L.ffn_hc_fn, L.ffn_hc_base.data(), L.ffn_hc_scale.data()}, hp, X.data(), T, post.data(), comb.data(),
               u.data(), scratch_);
     rmsnorm(u.data(), D, T, D, L.post_norm.data(), eps, u.data(), D);
-    v4_moe(L, cfg_, u.data(), tokens.data(), T, y.data());
+    v4_moe(L, cfg_, u.data(), tokens.data(), T, y.data(), share_.reduce ? &share_ : nullptr);
     v4_hc_post(hp, post.data(), comb.data(), y.data(), T, X.data());
     capture(l);
   }
@@ -222,6 +236,11 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
 
 std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOptions& opts) {
   return std::make_unique<DeepseekV4Model>(cfg, opts);
+}
+
+std::unique_ptr<Model> load_deepseek_v4_rank(const ModelConfig& cfg, const LoadOptions& opts,
+                                             const V4ExpertRankOptions& rank) {
+  return std::make_unique<DeepseekV4Model>(cfg, opts, &rank);
 }
 
 const DeepseekV4Config* deepseek_v4_config(const Model& m) {

@@ -17,12 +17,24 @@
 
 #include "model/deepseek_v4_config.h"
 #include "model/model.h"
+#include "model/tensor_parallel.h"
 
 namespace dsinfer {
 
 class V4TensorIndex;
 
 std::unique_ptr<Model> load_deepseek_v4(const ModelConfig& cfg, const LoadOptions& opts);
+
+// One expert-parallel rank (model/tensor_parallel.h): the model runs only routed experts
+// [expert_begin, expert_end) of every MoE block and sums the ranks' routed outputs with
+// reduce (then adds the shared expert); everything else is replicated. The checkpoint is
+// mapped, not copied, so the other ranks' experts are never read.
+struct V4ExpertRankOptions {
+  int expert_begin = 0, expert_end = 0;
+  RankReduce reduce;
+};
+std::unique_ptr<Model> load_deepseek_v4_rank(const ModelConfig& cfg, const LoadOptions& opts,
+                                             const V4ExpertRankOptions& rank);
 
 // What every DeepSeek-V4 model (the CPU one here, the CUDA one in backend/cuda) tells the
 // DSpark drafter and the helpers below: its parsed config, the tensor index it loaded from

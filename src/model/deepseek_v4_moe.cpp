@@ -33,7 +33,7 @@ float score_of(float logit, bool sigmoid) {
 }  // namespace
 
 void v4_moe(const V4LayerWeights& L, const DeepseekV4Config& c, const float* g, const int32_t* tokens, int64_t T,
-            float* out) {
+            float* out, const V4MoeShare* share) {
   const int64_t D = c.hidden, I = c.moe_inter;
   const int E = c.experts, K = c.top_k;
   const float limit = static_cast<float>(c.swiglu_limit);
@@ -65,6 +65,7 @@ void v4_moe(const V4LayerWeights& L, const DeepseekV4Config& c, const float* g, 
   std::vector<float> xb, yb, gb, ub;
   std::vector<int64_t> slots;
   for (int e = 0; e < E; ++e) {
+    if (share && (e < share->expert_begin || e >= share->expert_end)) continue;  // another rank's (its slots stay 0)
     slots.clear();
     for (int64_t i = 0; i < T * K; ++i)
       if (idx[i] == e) slots.push_back(i);
@@ -91,8 +92,9 @@ void v4_moe(const V4LayerWeights& L, const DeepseekV4Config& c, const float* g, 
     std::fill(o, o + D, 0.0f);
     for (int k : ks)
       for (int64_t d = 0; d < D; ++d) o[d] += contrib[(r * K + k) * D + d];
-    for (int64_t d = 0; d < D; ++d) o[d] += shared[r * D + d];
   }
+  if (share && share->reduce) (*share->reduce)(out, T * D);
+  for (int64_t i = 0; i < T * D; ++i) out[i] += shared[static_cast<size_t>(i)];
 }
 
 }  // namespace dsinfer

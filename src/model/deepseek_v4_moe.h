@@ -14,10 +14,19 @@
 #include <vector>
 
 #include "model/deepseek_v4_weights.h"
+#include "model/tensor_parallel.h"
 
 namespace dsinfer {
 
+// One expert-parallel rank's part (model/tensor_parallel.h): only experts [expert_begin,
+// expert_end) run here, the routed sums of every rank are added by reduce (in place, rank
+// order), and the shared expert then joins on every rank. Routing runs whole on each rank.
+struct V4MoeShare {
+  int expert_begin = 0, expert_end = 0;
+  const RankReduce* reduce = nullptr;
+};
+
 void v4_moe(const V4LayerWeights& L, const DeepseekV4Config& cfg, const float* g, const int32_t* tokens, int64_t T,
-            float* out);
+            float* out, const V4MoeShare* share = nullptr);
 
 }  // namespace dsinfer

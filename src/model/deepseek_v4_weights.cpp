@@ -120,8 +120,8 @@ std::string V4TensorIndex::canonical_name(const std::string& stored) {
   return s;
 }
 
-V4TensorIndex::V4TensorIndex(const std::string& model_dir) : dir_(model_dir) {
-  set_ = SafetensorsSet::open_dir(model_dir);
+V4TensorIndex::V4TensorIndex(const std::string& model_dir, MappedFile::Placement placement) : dir_(model_dir) {
+  set_ = SafetensorsSet::open_dir(model_dir, placement);
   for (const auto& [name, loc] : set_->tensors()) {
     const std::string c = canonical_name(name);
     if (c.empty()) continue;

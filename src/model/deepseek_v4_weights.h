@@ -92,7 +92,9 @@ struct V4Weights {
 // Canonical name → tensor over all shards of a model directory (see the header comment).
 class V4TensorIndex {
  public:
-  explicit V4TensorIndex(const std::string& model_dir);
+  // placement: how the files are held (MappedFile); an expert-parallel rank maps them, so
+  // the experts it never runs are never read.
+  explicit V4TensorIndex(const std::string& model_dir, MappedFile::Placement placement = MappedFile::Placement::Auto);
   const TensorLocation* find(const std::string& canonical) const;
   // Where to point a "not found" error.
   std::string where() const;

@@ -17,13 +17,12 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "model/tensor_parallel.h"
 
 namespace dsinfer {
 
 struct ModelConfig;
 class WeightStore;
-class ShardReader;
-struct TensorParallelPlan;
 
 struct Qwen3LayerWeights {
   WeightView q, k, v, o, gate, up, down;
@@ -58,10 +57,6 @@ Qwen3LayerWeights load_qwen3_layer_share(WeightStore& store, ShardReader& reader
 // Scratch: h [T, H]; q [T, q_width]; k, v [T, kv_width]. cos/sin: [T, head_dim / 2].
 void qwen3_attention_inputs(const Qwen3LayerWeights& w, const Qwen3LayerDims& d, const float* x, int64_t rows,
                             const float* cos_t, const float* sin_t, float* h, float* q, float* k, float* v);
-
-// The sum over tensor-parallel ranks of a [rows, H] partial output, in place (the
-// all-reduce of a row-parallel projection; model/tensor_parallel.h).
-using RankReduce = std::function<void(float* rows, int64_t n)>;
 
 // att [T, q_width] in; x [T, H] updated in place. Scratch: h, t [T, H]; g, u [T, I].
 // reduce (tensor parallelism: w holds one rank's heads and features): the o and down

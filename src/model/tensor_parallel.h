@@ -21,6 +21,7 @@
 // unsplit reference forward.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -32,6 +33,11 @@
 namespace dsinfer {
 
 class SafetensorsSet;
+
+// The sum over a group's ranks of a partial output (n floats, rows of the hidden width), in
+// place, the same bits on every rank: what a rank's forward calls after a row-parallel
+// projection (Qwen3's o and down) or its share of the experts (DeepSeek-V4's MoE).
+using RankReduce = std::function<void(float* rows, int64_t n)>;
 
 // One rank's share of every Qwen3 layer: [begin, end) ranges.
 struct TensorParallelRank {

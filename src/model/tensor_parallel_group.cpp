@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/block_kv_cache.h"
+#include "model/deepseek_v4.h"
+#include "model/deepseek_v4_config.h"
 #include "model/qwen3.h"
 #include "model/tensor_parallel.h"
 
@@ -217,6 +219,26 @@ std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ra
     ro.rank = r;
     ro.reduce = [group, r](float* d, int64_t n) { group->sum(r, d, n); };
     models.push_back(load_qwen3_rank(cfg, opts, ro));
+  }
+  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
+}
+
+std::unique_ptr<Model> load_expert_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
+  const ModelConfig cfg = load_model_config(model_dir);
+  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  if (!v4)
+    throw Error(model_dir + "/config.json: field 'architectures': expert parallelism supports DeepSeek-V4 models only (got '" +
+                (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
+  const DeepseekV4Config v4cfg = parse_deepseek_v4_config(cfg);
+  const auto ranges = plan_expert_parallel(v4cfg.experts, ranks, model_dir + "/config.json: field 'n_routed_experts'");
+  auto group = std::make_shared<HostAllReduce>(ranks);
+  std::vector<std::unique_ptr<Model>> models;
+  for (int r = 0; r < ranks; ++r) {
+    V4ExpertRankOptions ro;
+    ro.expert_begin = ranges[static_cast<size_t>(r)].first;
+    ro.expert_end = ranges[static_cast<size_t>(r)].second;
+    ro.reduce = [group, r](float* d, int64_t n) { group->sum(r, d, n); };
+    models.push_back(load_deepseek_v4_rank(cfg, opts, ro));
   }
   return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
 }

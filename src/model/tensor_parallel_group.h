@@ -1,5 +1,8 @@
 // dsinfer model floor: tensor parallelism inside one process, on the CPU (issue 10).
 //
+// (Expert parallelism for DeepSeek-V4's MoE blocks runs in the same group:
+// load_expert_parallel.)
+//
 // The deployment form of tensor parallelism is one process per GPU with NCCL all-reduces
 // (not built yet: no multi-GPU machine to run it on). This is its CPU stand-in, which runs
 // the same split end to end where CI can: a TensorParallelModel holds one rank model per
@@ -53,6 +56,11 @@ class HostAllReduce {
 // Loads model_dir's Qwen3 checkpoint split over `ranks` ranks (plan_tensor_parallel's
 // refusals name the config field that does not split).
 std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts = {});
+
+// model_dir's DeepSeek-V4 checkpoint with its routed experts split over `ranks` ranks
+// (plan_expert_parallel: contiguous ranges; the rest of the model replicated on every rank),
+// the ranks' routed MoE outputs summed in rank order (expert parallelism on CPU threads).
+std::unique_ptr<Model> load_expert_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts = {});
 
 // The group over rank models already made (their reduce hooks call group->sum with their
 // rank): what load_tensor_parallel returns, and what a backend's ranks are wrapped in

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -334,6 +335,40 @@ TEST(TensorParallel, SplitsThatDoNotDivideAreRefusedByField) {
     EXPECT_EQ(p.rank[r].kv_head_begin, r / 2);
     EXPECT_EQ(p.rank[r].inter_end - p.rank[r].inter_begin, 6);
   }
+}
+
+// DeepSeek-V4's routed experts split over ranks on threads (load_expert_parallel): every
+// test checkpoint (hash-routed layers, sigmoid router, BF16 and F32, 6 and 8 experts) decodes
+// greedily as the single model, its logits to rounding.
+TEST(ExpertParallel, RanksOnThreadsDecodeAsTheSingleModel) {
+  const std::string root = std::string(DSINFER_TEST_DATA) + "/deepseek_v4";
+  int ran = 0;
+  for (const char* name : {"mixed4_f32", "mixed5_bf16_tied_orignames", "flash_schedule", "sigmoid_router_topk_all",
+                           "shape2_hc2_default_rope"}) {
+    const std::string dir = root + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    const ModelConfig cfg = load_model_config(dir);
+    for (int ranks : {2, std::string(name) == "shape2_hc2_default_rope" ? 3 : 4}) {
+      SCOPED_TRACE(std::string(name) + ", " + std::to_string(ranks) + " ranks");
+      ++ran;
+      auto single = load_model(dir);
+      auto split = load_expert_parallel(dir, ranks);
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 9; ++i) prompt.push_back((i * 53 + 3) % cfg.vocab_size);
+      std::vector<float> la, lb;
+      EXPECT_EQ(greedy(*single, prompt, 12, &la), greedy(*split, prompt, 12, &lb));
+      ASSERT_EQ(la.size(), lb.size());
+      double worst = 0, scale = 1e-6;
+      for (size_t i = 0; i < la.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(la[i] - lb[i])));
+        scale = std::max(scale, static_cast<double>(std::fabs(la[i])));
+      }
+      EXPECT_LT(worst, 1e-4 * scale);
+    }
+  }
+  EXPECT_GT(ran, 0) << "no DeepSeek-V4 test checkpoint found under " << root;
+  EXPECT_THROW(load_expert_parallel(root + "/mixed4_f32", 3), Error);  // 8 experts over 3 ranks
+  EXPECT_THROW(load_expert_parallel(std::string(DSINFER_TEST_DATA) + "/qwen3/tied_gqa2", 2), Error);  // not a MoE model
 }
 
 TEST(ExpertParallel, ExpertsSplitIntoContiguousRanges) {
