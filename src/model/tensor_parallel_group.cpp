@@ -2,6 +2,7 @@
 #include "model/tensor_parallel_group.h"
 
 #include <exception>
+#include <functional>
 #include <thread>
 
 #include "core/error.h"
@@ -204,43 +205,54 @@ class TensorParallelModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
-  const ModelConfig cfg = load_model_config(model_dir);
-  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
-  if (!qwen3)
-    throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only (got '" +
+namespace {
+
+// cfg's architecture must be `arch` (or, without 'architectures', model_type `type`).
+void require_architecture(const ModelConfig& cfg, const std::string& arch, const std::string& type,
+                          const std::string& what) {
+  const bool ok = cfg.architecture.empty() ? cfg.model_type == type : cfg.architecture == arch;
+  if (!ok)
+    throw Error(cfg.model_dir + "/config.json: field 'architectures': " + what + " (got '" +
                 (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
-  const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+}
+
+// The group of `ranks` rank models make_rank(r, reduce) builds, every reduce summing
+// through one HostAllReduce.
+std::unique_ptr<Model> host_group(const ModelConfig& cfg, int ranks,
+                                  const std::function<std::unique_ptr<Model>(int, RankReduce)>& make_rank) {
   auto group = std::make_shared<HostAllReduce>(ranks);
   std::vector<std::unique_ptr<Model>> models;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < ranks; ++r) models.push_back(make_rank(r, [group, r](float* d, int64_t n) { group->sum(r, d, n); }));
+  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
+  const ModelConfig cfg = load_model_config(model_dir);
+  require_architecture(cfg, "Qwen3ForCausalLM", "qwen3", "tensor parallelism supports Qwen3 dense models only");
+  const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
+  return host_group(cfg, ranks, [&](int r, RankReduce reduce) {
     Qwen3RankOptions ro;
     ro.plan = plan;
     ro.rank = r;
-    ro.reduce = [group, r](float* d, int64_t n) { group->sum(r, d, n); };
-    models.push_back(load_qwen3_rank(cfg, opts, ro));
-  }
-  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
+    ro.reduce = std::move(reduce);
+    return load_qwen3_rank(cfg, opts, ro);
+  });
 }
 
 std::unique_ptr<Model> load_expert_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
   const ModelConfig cfg = load_model_config(model_dir);
-  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
-  if (!v4)
-    throw Error(model_dir + "/config.json: field 'architectures': expert parallelism supports DeepSeek-V4 models only (got '" +
-                (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
-  const DeepseekV4Config v4cfg = parse_deepseek_v4_config(cfg);
-  const auto ranges = plan_expert_parallel(v4cfg.experts, ranks, model_dir + "/config.json: field 'n_routed_experts'");
-  auto group = std::make_shared<HostAllReduce>(ranks);
-  std::vector<std::unique_ptr<Model>> models;
-  for (int r = 0; r < ranks; ++r) {
+  require_architecture(cfg, "DeepseekV4ForCausalLM", "deepseek_v4", "expert parallelism supports DeepSeek-V4 models only");
+  const auto ranges = plan_expert_parallel(parse_deepseek_v4_config(cfg).experts, ranks,
+                                           model_dir + "/config.json: field 'n_routed_experts'");
+  return host_group(cfg, ranks, [&](int r, RankReduce reduce) {
     V4ExpertRankOptions ro;
     ro.expert_begin = ranges[static_cast<size_t>(r)].first;
     ro.expert_end = ranges[static_cast<size_t>(r)].second;
-    ro.reduce = [group, r](float* d, int64_t n) { group->sum(r, d, n); };
-    models.push_back(load_deepseek_v4_rank(cfg, opts, ro));
-  }
-  return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
+    ro.reduce = std::move(reduce);
+    return load_deepseek_v4_rank(cfg, opts, ro);
+  });
 }
 
 std::unique_ptr<Model> make_tensor_parallel_model(const ModelConfig& full, std::vector<std::unique_ptr<Model>> ranks,
