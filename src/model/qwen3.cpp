@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <deque>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -76,9 +75,8 @@ class Qwen3Model final : public Model {
   std::vector<int32_t> pos_;
   std::vector<AttentionBlock> blocks_;
 
-  // Tensor-parallel rank: the all-reduce, and the slices the projections' views point into.
+  // Tensor-parallel rank: the sum over the group after o and down.
   RankReduce reduce_;
-  std::deque<std::vector<uint8_t>> slices_;
 
   void load_common(const LoadOptions& opts, MappedFile::Placement placement);
   void finish_load();
@@ -106,23 +104,16 @@ Qwen3Model::Qwen3Model(const ModelConfig& cfg, const LoadOptions& opts) : cfg_(c
 }
 
 Qwen3Model::Qwen3Model(const ModelConfig& full, const LoadOptions& opts, const Qwen3RankOptions& rank)
-    : cfg_(full), reduce_(rank.reduce) {
+    : cfg_(rank_config(full, rank.plan.at(rank.rank))), reduce_(rank.reduce) {
   const TensorParallelPlan& plan = rank.plan;
-  if (rank.rank < 0 || rank.rank >= plan.ranks)
-    throw Error("tensor-parallel rank " + std::to_string(rank.rank) + " outside [0, " + std::to_string(plan.ranks) + ")");
   if (!reduce_) throw Error("tensor-parallel rank " + std::to_string(rank.rank) + ": no all-reduce given");
-  const TensorParallelRank& t = plan.rank[static_cast<size_t>(rank.rank)];
-  // The rank's view: its heads and features, so the caches and the layer geometry follow.
-  cfg_.num_attention_heads = t.q_head_end - t.q_head_begin;
-  cfg_.num_key_value_heads = t.kv_head_end - t.kv_head_begin;
-  cfg_.intermediate_size = t.inter_end - t.inter_begin;
   // Mapped, not copied: the replicated tensors are read from the checkpoint's pages, the
   // split ones through ShardReader, so the rank reads its share and the replicated part.
   load_common(opts, MappedFile::Placement::Mmap);
   ShardReader reader(full.model_dir);
   layers_.resize(full.num_hidden_layers);
   for (int l = 0; l < full.num_hidden_layers; ++l)
-    layers_[l] = load_qwen3_layer_share(*store_, reader, full, plan, rank.rank, l, opts.weight_dtype, slices_);
+    layers_[l] = load_qwen3_layer_share(*store_, reader, full, plan, rank.rank, l);
   finish_load();
 }
 

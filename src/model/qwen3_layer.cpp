@@ -1,9 +1,6 @@
 // dsinfer model floor: the shared Qwen3 layer halves (see qwen3_layer.h).
 #include "model/qwen3_layer.h"
 
-#include <cstring>
-
-#include "core/error.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
@@ -49,41 +46,11 @@ Qwen3LayerWeights load_qwen3_layer(WeightStore& store, const std::string& p, con
 }
 
 Qwen3LayerWeights load_qwen3_layer_share(WeightStore& store, ShardReader& reader, const ModelConfig& full,
-                                         const TensorParallelPlan& plan, int rank, int layer,
-                                         const std::string& weight_dtype, std::deque<std::vector<uint8_t>>& owner) {
+                                         const TensorParallelPlan& plan, int rank, int layer) {
   const int64_t H = full.hidden_size, D = full.head_dim;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   Qwen3LayerShard sh = read_qwen3_layer_shard(reader, full, plan, rank, layer);
-  // A slice as a matmul view in the dtype the load option gives: "auto" keeps F32/BF16 and
-  // widens F16, "f32" widens all, "bf16" narrows F32/F16.
-  auto view = [&](const WeightSlice& w) {
-    DType want = w.dtype;
-    if (weight_dtype == "f32" || (w.dtype == DType::F16 && weight_dtype != "bf16")) want = DType::F32;
-    else if (weight_dtype == "bf16") want = DType::BF16;
-    std::vector<uint8_t> bytes;
-    if (want == w.dtype) {
-      bytes = w.bytes;
-    } else {
-      const int64_t n = w.rows * w.cols;
-      bytes.resize(static_cast<size_t>(n) * dtype_size(want));
-      for (int64_t i = 0; i < n; ++i) {
-        const float f = w.at(i / w.cols, i % w.cols);
-        if (want == DType::F32) {
-          std::memcpy(bytes.data() + 4 * i, &f, 4);
-        } else {
-          const uint16_t b = f32_to_bf16(f);
-          std::memcpy(bytes.data() + 2 * i, &b, 2);
-        }
-      }
-    }
-    owner.push_back(std::move(bytes));
-    WeightView v;
-    v.data = owner.back().data();
-    v.dtype = want;
-    v.rows = w.rows;
-    v.cols = w.cols;
-    return v;
-  };
+  auto view = [&](WeightSlice& w) { return store.adopt(w.name, w.dtype, w.rows, w.cols, std::move(w.bytes)); };
   Qwen3LayerWeights L;
   L.q = view(sh.q);
   L.k = view(sh.k);

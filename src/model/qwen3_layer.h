@@ -11,8 +11,6 @@
 // Every step is a row-wise kernel, so a row's result does not depend on the other rows.
 #pragma once
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,14 +43,13 @@ Qwen3LayerDims qwen3_layer_dims(const ModelConfig& cfg);
 Qwen3LayerWeights load_qwen3_layer(WeightStore& store, const std::string& prefix, const Qwen3LayerDims& d,
                                    bool attention_bias);
 
-// Every layer of one tensor-parallel rank's share (model/tensor_parallel.h): the split
-// projections read with ShardReader (only the rank's slices), converted as weight_dtype
-// says (WeightStore's rule), their bytes kept in `owner`; the q/k/v biases split alike; the
+// Layer `layer` of one tensor-parallel rank's share (model/tensor_parallel.h): the split
+// projections read with ShardReader (only the rank's slices) and held by `store` as its own
+// matrices (WeightStore::adopt: its conversion rule); the q/k/v biases split alike; the
 // norms and the o bias (added after the reduction) whole from `store`. full: the whole
 // model's config; the views' shapes are the rank's.
 Qwen3LayerWeights load_qwen3_layer_share(WeightStore& store, ShardReader& reader, const ModelConfig& full,
-                                         const TensorParallelPlan& plan, int rank, int layer,
-                                         const std::string& weight_dtype, std::deque<std::vector<uint8_t>>& owner);
+                                         const TensorParallelPlan& plan, int rank, int layer);
 
 // Scratch: h [T, H]; q [T, q_width]; k, v [T, kv_width]. cos/sin: [T, head_dim / 2].
 void qwen3_attention_inputs(const Qwen3LayerWeights& w, const Qwen3LayerDims& d, const float* x, int64_t rows,

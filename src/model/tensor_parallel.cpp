@@ -56,6 +56,20 @@ TensorParallelPlan plan_tensor_parallel(const ModelConfig& cfg, int ranks) {
   return p;
 }
 
+const TensorParallelRank& TensorParallelPlan::at(int r) const {
+  if (r < 0 || r >= ranks)
+    throw Error("tensor-parallel rank " + std::to_string(r) + " outside [0, " + std::to_string(ranks) + ")");
+  return rank[static_cast<size_t>(r)];
+}
+
+ModelConfig rank_config(const ModelConfig& full, const TensorParallelRank& share) {
+  ModelConfig c = full;
+  c.num_attention_heads = share.q_head_end - share.q_head_begin;
+  c.num_key_value_heads = share.kv_head_end - share.kv_head_begin;
+  c.intermediate_size = share.inter_end - share.inter_begin;
+  return c;
+}
+
 std::vector<std::pair<int, int>> plan_expert_parallel(int n_experts, int ranks, const std::string& where) {
   if (ranks < 1) throw Error("--expert-parallel must be >= 1 (got " + std::to_string(ranks) + ")");
   if (n_experts <= 0 || n_experts % ranks != 0)
@@ -74,7 +88,6 @@ ShardReader::ShardReader(const std::string& model_dir)
 
 ShardReader::~ShardReader() = default;
 
-bool ShardReader::has(const std::string& name) const { return set_->find(name) != nullptr; }
 
 namespace {
 
@@ -137,9 +150,7 @@ std::vector<float> ShardReader::vector(const std::string& name, int64_t i0, int6
 
 Qwen3LayerShard read_qwen3_layer_shard(ShardReader& reader, const ModelConfig& cfg, const TensorParallelPlan& plan,
                                        int rank, int layer) {
-  if (rank < 0 || rank >= plan.ranks)
-    throw Error("tensor-parallel rank " + std::to_string(rank) + " outside [0, " + std::to_string(plan.ranks) + ")");
-  const TensorParallelRank& t = plan.rank[static_cast<size_t>(rank)];
+  const TensorParallelRank& t = plan.at(rank);
   const int64_t D = cfg.head_dim;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   Qwen3LayerShard s;

@@ -50,7 +50,12 @@ struct TensorParallelPlan {
   int ranks = 1;
   bool kv_replicated = false;  // ranks > num_key_value_heads: one KV head on ranks / kv_heads ranks
   std::vector<TensorParallelRank> rank;
+  const TensorParallelRank& at(int r) const;  // Error naming r outside [0, ranks)
 };
+
+// The config as rank `share` sees it: its head, KV head and intermediate counts, so the
+// rank's caches and layer geometry follow from it.
+ModelConfig rank_config(const ModelConfig& full, const TensorParallelRank& share);
 
 // The split of cfg over `ranks` ranks. Errors name config.json's field and the rank count:
 // heads, KV heads (a divisor or a multiple of the ranks) and intermediate_size must split
@@ -78,7 +83,6 @@ class ShardReader {
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
-  bool has(const std::string& name) const;
   // Rows [r0, r1) of the 2-D tensor `name` (all columns); columns [c0, c1) of every row.
   // Errors name the file, the tensor and the range.
   WeightSlice rows(const std::string& name, int64_t r0, int64_t r1);

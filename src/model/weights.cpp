@@ -73,6 +73,26 @@ WeightInfo WeightStore::require(const std::string& name, const std::vector<DType
 
 WeightView WeightStore::matrix(const std::string& name, int64_t rows, int64_t cols) {
   WeightInfo w = require(name, {DType::F32, DType::BF16, DType::F16}, {rows, cols});
+  return hold(name, w.data, w.dtype, rows, cols);
+}
+
+WeightView WeightStore::adopt(const std::string& name, DType dtype, int64_t rows, int64_t cols,
+                              std::vector<uint8_t> bytes) {
+  check(dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16,
+        dir_ + ": tensor '" + name + "': dtype " + dtype_name(dtype) + " not one of F32, BF16, F16");
+  check(bytes.size() == static_cast<size_t>(rows * cols) * dtype_size(dtype),
+        dir_ + ": tensor '" + name + "': " + std::to_string(bytes.size()) + " bytes for a [" + std::to_string(rows) +
+            ", " + std::to_string(cols) + "] " + dtype_name(dtype) + " slice");
+  owned_.push_back(std::move(bytes));
+  return hold(name, owned_.back().data(), dtype, rows, cols);
+}
+
+WeightView WeightStore::hold(const std::string& name, const uint8_t* src, DType src_dtype, int64_t rows, int64_t cols) {
+  struct {
+    const uint8_t* data;
+    DType dtype;
+    uint64_t nbytes;
+  } w{src, src_dtype, static_cast<uint64_t>(rows * cols) * dtype_size(src_dtype)};
   DType target = w.dtype;
   if (weight_dtype_ == "f32") target = DType::F32;
   else if (weight_dtype_ == "bf16") target = DType::BF16;

@@ -48,6 +48,10 @@ class WeightStore {
   // A [rows, cols] matrix as a matmul view, converted per the load option (the converted
   // copy lives as long as the store).
   WeightView matrix(const std::string& name, int64_t rows, int64_t cols);
+  // A [rows, cols] matrix read elsewhere (a tensor-parallel rank's slice, ShardReader), held
+  // as matrix() holds a tensor of the files: converted by the same rule, the same AMX layout,
+  // counted in matrix_bytes(). name: for errors.
+  WeightView adopt(const std::string& name, DType dtype, int64_t rows, int64_t cols, std::vector<uint8_t> bytes);
   // A vector of n floats (norm weight, bias), converted to F32.
   std::vector<float> vector_f32(const std::string& name, int64_t n) const;
 
@@ -58,6 +62,9 @@ class WeightStore {
   const std::string& model_dir() const { return dir_; }
 
  private:
+  // matrix() / adopt() after their checks: convert (or copy when misaligned) per the load
+  // option, count, lay out for AMX.
+  WeightView hold(const std::string& name, const uint8_t* src, DType src_dtype, int64_t rows, int64_t cols);
   std::string dir_;
   std::string weight_dtype_;
   std::unique_ptr<SafetensorsSet> set_;

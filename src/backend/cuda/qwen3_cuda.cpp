@@ -40,7 +40,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -382,7 +381,6 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   // rank maps the files (it reads only its slices and the replicated tensors).
   WeightStore store(cfg.model_dir, "bf16", rank ? MappedFile::Placement::Mmap : MappedFile::Placement::Auto);
   std::unique_ptr<ShardReader> reader = rank ? std::make_unique<ShardReader>(cfg.model_dir) : nullptr;
-  std::deque<std::vector<uint8_t>> slices;  // a rank's converted slices, until uploaded
   d_ = qwen3_layer_dims(cfg);
   const int64_t H = d_.hidden, I = d_.intermediate, NQ = d_.q_width(), NKV = d_.kv_width(), V = cfg.vocab_size;
   auto bf16_ptr = [](const WeightView& w) {
@@ -397,10 +395,8 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   uint64_t bytes = 0;
   layers_.resize(cfg.num_hidden_layers);
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    slices.clear();
-    const Qwen3LayerWeights w =
-        rank ? load_qwen3_layer_share(store, *reader, rank->full, rank->plan, rank->rank, l, "bf16", slices)
-             : load_qwen3_layer(store, "model.layers." + std::to_string(l) + ".", d_, cfg.attention_bias);
+    const Qwen3LayerWeights w = rank ? load_qwen3_layer_share(store, *reader, rank->full, rank->plan, rank->rank, l)
+                                     : load_qwen3_layer(store, "model.layers." + std::to_string(l) + ".", d_, cfg.attention_bias);
     LayerWeights& L = layers_[l];
     L.qkv = weights_.alloc<bf16>((NQ + 2 * NKV) * H);
     upload_rows(upload_rows(upload_rows(L.qkv, w.q), w.k), w.v);
@@ -1311,12 +1307,7 @@ std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_
       };
       spec.reduce_in_graphs = false;
     }
-    const TensorParallelRank& t = plan.rank[static_cast<size_t>(r)];
-    ModelConfig view = cfg;
-    view.num_attention_heads = t.q_head_end - t.q_head_begin;
-    view.num_key_value_heads = t.kv_head_end - t.kv_head_begin;
-    view.intermediate_size = t.inter_end - t.inter_begin;
-    models.push_back(std::make_unique<cuda::CudaQwen3Model>(view, ro, &spec));
+    models.push_back(std::make_unique<cuda::CudaQwen3Model>(rank_config(cfg, plan.at(r)), ro, &spec));
   }
   DSINFER_CUDA_CHECK(cudaSetDevice(opts.device));  // each rank's constructor made its own device current
   return make_tensor_parallel_model(cfg, std::move(models), std::move(group));
