@@ -126,6 +126,58 @@ class TensorParallelBlockKVCache final : public BlockKVCache {
   std::vector<std::unique_ptr<BlockKVCache>> ranks_;
 };
 
+// The thread of one rank (1 ..) for the group's life, with a kernel pool of its own (a pool
+// takes one caller at a time): it runs one job per forward and sleeps in between (never
+// spins). The calling thread runs rank 0. A thread started per forward would cost tens of
+// microseconds every step.
+class RankWorker {
+ public:
+  RankWorker() : pool_(1), thread_([this] { loop(); }) {}
+  ~RankWorker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+      done_ = false;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return done_; });
+  }
+
+ private:
+  void loop() {
+    ThreadPool::set_thread_pool(&pool_);
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || job_; });
+      if (!job_) return;  // stopping, nothing left to run
+      std::function<void()> job = std::move(job_);
+      job_ = nullptr;
+      lock.unlock();
+      job();  // catches its own errors (TensorParallelModel::forward)
+      lock.lock();
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+  ThreadPool pool_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool done_ = true, stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 class TensorParallelModel final : public Model {
  public:
   TensorParallelModel(const ModelConfig& cfg, std::vector<std::unique_ptr<Model>> ranks,
@@ -134,9 +186,7 @@ class TensorParallelModel final : public Model {
     if (ranks_.empty() || static_cast<int>(ranks_.size()) != group_->ranks())
       throw Error("tensor-parallel group: " + std::to_string(ranks_.size()) + " rank models for a group of " +
                   std::to_string(group_->ranks()));
-    // Rank 0 runs on the caller's thread with the caller's pool; the others on their own
-    // threads, each with a pool of its own (a pool takes one caller at a time).
-    for (size_t r = 0; r < ranks_.size(); ++r) pools_.push_back(r == 0 ? nullptr : std::make_unique<ThreadPool>(1));
+    for (size_t r = 1; r < ranks_.size(); ++r) workers_.push_back(std::make_unique<RankWorker>());
   }
 
   const ModelConfig& config() const override { return cfg_; }
@@ -173,15 +223,9 @@ class TensorParallelModel final : public Model {
         group_->abort();
       }
     };
-    std::vector<std::thread> threads;
-    for (int r = 1; r < n; ++r)
-      threads.emplace_back([&, r] {
-        ThreadPool::set_thread_pool(pools_[static_cast<size_t>(r)].get());
-        run(r, outs[static_cast<size_t>(r)]);
-        ThreadPool::set_thread_pool(nullptr);
-      });
+    for (int r = 1; r < n; ++r) workers_[static_cast<size_t>(r - 1)]->start([&, r] { run(r, outs[static_cast<size_t>(r)]); });
     run(0, out);
-    for (auto& t : threads) t.join();
+    for (auto& w : workers_) w->wait();
     for (const auto& e : errs)  // rank 0's error first: a bad batch fails every rank alike
       if (e) std::rethrow_exception(e);
     if (paged) paged->take_lengths(batch);
@@ -200,7 +244,7 @@ class TensorParallelModel final : public Model {
   ModelConfig cfg_;
   std::shared_ptr<HostAllReduce> group_;
   std::vector<std::unique_ptr<Model>> ranks_;
-  std::vector<std::unique_ptr<ThreadPool>> pools_;
+  std::vector<std::unique_ptr<RankWorker>> workers_;  // ranks 1 ..
 };
 
 }  // namespace
