@@ -150,18 +150,25 @@ std::vector<std::vector<double>> split_forward(const TinySpec& s, const WeightMa
   return logits;
 }
 
+// A tiny model that splits over 1, 2 and 4 ranks: 4 heads over 2 KV heads (replicated at 4
+// ranks), 48 intermediate features.
+TinySpec split_spec(int layers, DType dtype) {
+  TinySpec s;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.inter = 48;
+  s.layers = layers;
+  s.dtype = dtype;
+  return s;
+}
+
 int argmax(const std::vector<double>& v) { return static_cast<int>(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 TEST(TensorParallel, SplitForwardEqualsTheUnsplitReference) {
   // 4 heads over 2 KV heads: 2 ranks split both; 4 ranks replicate each KV head on 2 ranks.
   for (bool bias : {false, true}) {
-    TinySpec s;
-    s.heads = 4;
-    s.kv_heads = 2;
-    s.inter = 48;
-    s.layers = 2;
+    TinySpec s = split_spec(2, bias ? DType::BF16 : DType::F32);
     s.bias = bias;
-    s.dtype = bias ? DType::BF16 : DType::F32;
     TempDir dir;
     const WeightMap w = test::write_tiny_model(dir.path, s);
     const ModelConfig cfg = load_model_config(dir.path);
@@ -214,12 +221,8 @@ TEST(TensorParallel, RanksOnThreadsDecodeAsTheSingleModel) {
     std::string name, dir;
     int ranks;
   };
-  TinySpec s;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.inter = 48;
+  TinySpec s = split_spec(2, DType::BF16);
   s.bias = true;
-  s.dtype = DType::BF16;
   TempDir tiny;
   test::write_tiny_model(tiny.path, s);
   const std::string embedded = std::string(DSINFER_SOURCE_DIR) + "/models/embedded/target";
@@ -265,12 +268,7 @@ TEST(TensorParallel, RanksOnThreadsDecodeAsTheSingleModel) {
 }
 
 TEST(TensorParallel, EachRankReadsOnlyItsShare) {
-  TinySpec s;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.inter = 48;
-  s.layers = 3;
-  s.dtype = DType::BF16;
+  const TinySpec s = split_spec(3, DType::BF16);
   TempDir dir;
   test::write_tiny_model(dir.path, s);
   const ModelConfig cfg = load_model_config(dir.path);
