@@ -178,8 +178,8 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
   }
   // The same dispatch as model/model.cpp load_model.
   m.architecture = cfg.architecture.empty() ? "model_type " + cfg.model_type : cfg.architecture;
-  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
-  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  const bool qwen3 = is_qwen3(cfg);
+  const bool v4 = is_deepseek_v4(cfg);
   m.architecture_supported = qwen3 || v4;
   m.weight_bytes = safetensors_bytes(dir);
   m.weights_found = m.weight_bytes > 0;

@@ -51,4 +51,13 @@ struct ModelConfig {
 // Parses DIR/config.json and (if present) DIR/generation_config.json.
 ModelConfig load_model_config(const std::string& model_dir);
 
+// The architecture a config declares: its 'architectures' entry, or without one its
+// model_type. One rule for every loader that dispatches on it.
+inline bool is_qwen3(const ModelConfig& c) {
+  return c.architecture.empty() ? c.model_type == "qwen3" : c.architecture == "Qwen3ForCausalLM";
+}
+inline bool is_deepseek_v4(const ModelConfig& c) {
+  return c.architecture.empty() ? c.model_type == "deepseek_v4" : c.architecture == "DeepseekV4ForCausalLM";
+}
+
 }  // namespace dsinfer

@@ -30,9 +30,9 @@ void forward_capture_error(int layer, int layers) {
 
 std::unique_ptr<Model> load_model(const std::string& model_dir, const LoadOptions& opts) {
   ModelConfig cfg = load_model_config(model_dir);
-  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  const bool qwen3 = is_qwen3(cfg);
   if (qwen3) return load_qwen3(cfg, opts);
-  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  const bool v4 = is_deepseek_v4(cfg);
   if (v4) return load_deepseek_v4(cfg, opts);
   const std::string got = cfg.architecture.empty() ? "model_type '" + cfg.model_type + "'" : "'" + cfg.architecture + "'";
   throw Error(model_dir + "/config.json: field 'architectures': unsupported architecture " + got +

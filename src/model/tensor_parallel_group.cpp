@@ -251,10 +251,8 @@ class TensorParallelModel final : public Model {
 
 namespace {
 
-// cfg's architecture must be `arch` (or, without 'architectures', model_type `type`).
-void require_architecture(const ModelConfig& cfg, const std::string& arch, const std::string& type,
-                          const std::string& what) {
-  const bool ok = cfg.architecture.empty() ? cfg.model_type == type : cfg.architecture == arch;
+// Unless ok: the one-line refusal naming config.json's field and what it declares.
+void require_architecture(const ModelConfig& cfg, bool ok, const std::string& what) {
   if (!ok)
     throw Error(cfg.model_dir + "/config.json: field 'architectures': " + what + " (got '" +
                 (cfg.architecture.empty() ? cfg.model_type : cfg.architecture) + "')");
@@ -274,7 +272,7 @@ std::unique_ptr<Model> host_group(const ModelConfig& cfg, int ranks,
 
 std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
   const ModelConfig cfg = load_model_config(model_dir);
-  require_architecture(cfg, "Qwen3ForCausalLM", "qwen3", "tensor parallelism supports Qwen3 dense models only");
+  require_architecture(cfg, is_qwen3(cfg), "tensor parallelism supports Qwen3 dense models only");
   const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
   return host_group(cfg, ranks, [&](int r, RankReduce reduce) {
     Qwen3RankOptions ro;
@@ -287,7 +285,7 @@ std::unique_ptr<Model> load_tensor_parallel(const std::string& model_dir, int ra
 
 std::unique_ptr<Model> load_expert_parallel(const std::string& model_dir, int ranks, const LoadOptions& opts) {
   const ModelConfig cfg = load_model_config(model_dir);
-  require_architecture(cfg, "DeepseekV4ForCausalLM", "deepseek_v4", "expert parallelism supports DeepSeek-V4 models only");
+  require_architecture(cfg, is_deepseek_v4(cfg), "expert parallelism supports DeepSeek-V4 models only");
   const auto ranges = plan_expert_parallel(parse_deepseek_v4_config(cfg).experts, ranks,
                                            model_dir + "/config.json: field 'n_routed_experts'");
   return host_group(cfg, ranks, [&](int r, RankReduce reduce) {

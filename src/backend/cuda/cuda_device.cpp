@@ -19,7 +19,7 @@ namespace dsinfer {
 
 std::unique_ptr<Model> load_model_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
   const ModelConfig cfg = load_model_config(model_dir);
-  const bool v4 = cfg.architecture.empty() ? cfg.model_type == "deepseek_v4" : cfg.architecture == "DeepseekV4ForCausalLM";
+  const bool v4 = is_deepseek_v4(cfg);
   if (v4) return load_deepseek_v4_cuda(model_dir, opts);
   return load_qwen3_cuda(model_dir, opts);  // names any other architecture in its error
 }

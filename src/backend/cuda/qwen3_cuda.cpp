@@ -270,7 +270,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   CudaModelOptions opts_;
   Qwen3LayerDims d_;
   // Tensor parallelism (CudaRankSpec): the all-reduce of a [rows, H] device buffer on the
-  // stream, this rank's index, the host bytes of its slices while they upload.
+  // stream, and this rank's index.
   CudaRankReduce tp_reduce_;
   int tp_rank_ = 0;
   float attention_factor_ = 1.0f;
@@ -1229,7 +1229,7 @@ int64_t cuda_persistent_decode_calls(const Model& model) {
 std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_dir, int ranks,
                                                        const CudaModelOptions& opts, TensorParallelTransport transport) {
   ModelConfig cfg = load_model_config(model_dir);
-  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  const bool qwen3 = is_qwen3(cfg);
   if (!qwen3)
     throw Error(model_dir + "/config.json: field 'architectures': tensor parallelism supports Qwen3 dense models only");
   const TensorParallelPlan plan = plan_tensor_parallel(cfg, ranks);
@@ -1315,7 +1315,7 @@ std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_
 
 std::unique_ptr<Model> load_qwen3_cuda(const std::string& model_dir, const CudaModelOptions& opts) {
   ModelConfig cfg = load_model_config(model_dir);
-  const bool qwen3 = cfg.architecture.empty() ? cfg.model_type == "qwen3" : cfg.architecture == "Qwen3ForCausalLM";
+  const bool qwen3 = is_qwen3(cfg);
   if (!qwen3)
     throw Error(model_dir + "/config.json: field 'architectures': '" + cfg.architecture +
                 "' is not supported by the CUDA backend (supported: Qwen3ForCausalLM)");
