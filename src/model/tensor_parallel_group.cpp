@@ -1,6 +1,7 @@
 // dsinfer model floor: in-process tensor parallelism on the CPU (see tensor_parallel_group.h).
 #include "model/tensor_parallel_group.h"
 
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -196,6 +197,17 @@ class TensorParallelModel final : public Model {
     return std::make_unique<TensorParallelKVCache>(std::move(caches));
   }
   DType kv_dtype() const override { return ranks_[0]->kv_dtype(); }
+  // Blocks every rank's device pool holds (each rank keeps its KV heads on its own device;
+  // the engine gives all ranks the same block ids): the fewest; 0 for host ranks.
+  int64_t device_kv_blocks(int block_size, double prealloc_ratio, int feature_floats) const override {
+    (void)feature_floats;  // no feature rows in the ranks' pools (below)
+    int64_t blocks = -1;
+    for (const auto& m : ranks_) {
+      const int64_t b = m->device_kv_blocks(block_size, prealloc_ratio, 0);
+      blocks = blocks < 0 ? b : std::min(blocks, b);
+    }
+    return std::max<int64_t>(blocks, 0);
+  }
   // No feature rows next to the K/V (the engine then keeps the drafter's in its own store).
   std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
                                                     int feature_floats) const override {
