@@ -11,7 +11,7 @@
 # gemm:graphs[:pdl[:VAR=VALUE]] (gemm: invariant (tensor cores), rows (the row kernel) or cublas;
 # default "invariant:on cublas:on invariant:off"; pdl is the
 # DSINFER_CUDA_PDL value, default 1 as in the engine, 0 turns programmatic dependent launch off; VAR=VALUE[+VAR=VALUE...] is set for that run, e.g.
-# DSINFER_CUDA_L2_PREFETCH=0). "ncu": Nsight Compute kernel
+# DSINFER_CUDA_L2_PREFETCH=0). "stalls": Nsight Compute stall samples per instruction (below). "ncu": Nsight Compute kernel
 # durations of one eager decode step at position NCU_PROMPT; "ncuab": kernel durations per
 # NCU_VARIANTS environment (A/B of kernel variants, ncu_summary.py --by-kernel). VERIFY_BLOCKS (e.g. 1,2,4,8,16)
 # adds bench-model --verify-blocks to every variant. "engine": bench-engine --device cuda on
@@ -55,7 +55,7 @@ date -u | tee "$OUT/env.txt"
 # The random 4B model takes minutes of CPU: start it first, in the background (a second run
 # of this script in the same call reuses it).
 MAKE_PID=""
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]] && [ ! -e /tmp/q4b/config.json ]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" stalls "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]] && [ ! -e /tmp/q4b/config.json ]; then
   ( "$DEV/dsinfer" make-random-model --like qwen3-4b --dtype bf16 --out /tmp/q4b > /tmp/make_model.log 2>&1 ) &
   MAKE_PID=$!
 fi
@@ -83,7 +83,7 @@ if [[ " $STEPS " == *" tests "* ]]; then
     timeout 300 "$DEV/$t" 2>&1 | tee -a "$OUT/tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |\[cuda|Failure|error|Expected|Which|actual" | tail -60
   done
 fi
-if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
+if [[ " $STEPS " == *" bench "* || " $STEPS " == *" hf "* || " $STEPS " == *" profile "* || " $STEPS " == *" ncu "* || " $STEPS " == *" ncuab "* || " $STEPS " == *" stalls "* || " $STEPS " == *" engine "* || " $STEPS " == *" sampling "* ]]; then
   wait $MAKE_PID; tail -2 /tmp/make_model.log | tee -a "$OUT/env.txt"; du -sh /tmp/q4b
 fi
 if [[ " $STEPS " == *" bench "* ]]; then
@@ -177,6 +177,29 @@ if [[ " $STEPS " == *" ncuab "* ]]; then
       --model-path /tmp/q4b --device cuda --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-256} --decode-tokens 4 \
       --repeat 1 > "$OUT/ncuab_$i.csv" 2> "$OUT/ncuab_$i.err"
     echo "== ncu $v"; python3 "$R/scripts/ncu_summary.py" --by-kernel "$OUT/ncuab_$i.csv" 12 || tail -5 "$OUT/ncuab_$i.err"
+  done
+fi
+if [[ " $STEPS " == *" stalls "* ]]; then
+  # Why a kernel's warps wait: Nsight Compute's full set (warp states, scheduler, instruction
+  # and memory sections, per-instruction stall samples every 32 cycles) over STALL_COUNT
+  # eager launches of the kernels matching each regex in STALL_KERNELS, after STALL_SKIP[i]
+  # matching launches (past the warm-up and the prompt); the report pages land in
+  # $OUT/stalls_<i>_{details,source}.csv and the SASS of the dsinfer binary in $OUT/dsinfer.sass.
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+  [ -n "$CUOBJDUMP" ] && "$CUOBJDUMP" -sass "$DEV/dsinfer" > "$OUT/dsinfer.sass" 2>/dev/null
+  read -ra skips <<< "${STALL_SKIP:-40 1000}"
+  i=0
+  for k in ${STALL_KERNELS:-attention_fold_qk gemm_rows}; do
+    DSINFER_CUDA_PDL=0 timeout 300 "$NCU" --set full --import-source no --warp-sampling-interval 0 --clock-control none \
+      -k "regex:$k" -s ${skips[$i]:-40} -c ${STALL_COUNT:-5} -o /tmp/stalls_$i -f "$DEV/dsinfer" bench-model --model-path /tmp/q4b \
+      --device cuda --cuda-gemm ${STALL_GEMM:-rows} --cuda-graphs off --prompt-tokens ${NCU_PROMPT:-128} --decode-tokens 16 --repeat 1 \
+      > "$OUT/stalls_$i.log" 2>&1
+    "$NCU" -i /tmp/stalls_$i.ncu-rep --page details --csv > "$OUT/stalls_${i}_details.csv" 2>> "$OUT/stalls_$i.log"
+    "$NCU" -i /tmp/stalls_$i.ncu-rep --page source --csv --print-source sass > "$OUT/stalls_${i}_source.csv" 2>> "$OUT/stalls_$i.log"
+    echo "== stalls $k: $(wc -l < "$OUT/stalls_${i}_details.csv") detail lines, $(wc -l < "$OUT/stalls_${i}_source.csv") source lines"
+    grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible|Registers Per|Achieved Occupancy" "$OUT/stalls_${i}_details.csv" | head -24
+    i=$((i + 1))
   done
 fi
 if [[ " $STEPS " == *" engine "* ]]; then

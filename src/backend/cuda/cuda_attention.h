@@ -5,15 +5,18 @@
 // of all new rows are already in the cache (qk_norm_rope_store), so row r attends to keys
 // [0, pos[r]] of its slot — causal within a block and over the cached prefix at once, with
 // no notion of "entries". One block of kAttnWarps warps per (row, q head); the row's n keys
-// are cut into kAttnWarps contiguous ranges of chunk = roundup32(ceil(n / kAttnWarps)) keys,
-// one per warp (a function of n alone). A warp walks its range in tiles of 32 keys: lane j
-// scores key t0 + j (a sequential dot over head_dim, times scale), an online softmax over
-// the tile (xor-shuffle max and sum) carries max and sum, and the V rows are added in key
-// order (lanes over dimension pairs). The warps' (max, sum, V sum) are then combined in warp
-// order. No step's order depends on other rows, so a row's output does not depend on the
-// batch (batch invariance), and a verify row equals the decode row at the same position.
-// At decode (one row, a few hundred keys) this is a short chain: one load round trip per
-// 32-key tile per warp, no block barrier inside the loop.
+// are cut into kAttnWarps contiguous ranges of chunk = roundup8(ceil(n / kAttnWarps)) keys,
+// one per warp (a function of n alone; multiples of 8 spread a short row over every warp). A
+// warp walks its range in tiles of 32 keys, each four sub-tiles of 8: the four lanes of a
+// quad score one key of a sub-tile, each a sequential dot over its quarter of head_dim (16-byte
+// chunks part, part + 4, ...), and add their partial dots in a fixed xor tree (times scale);
+// an online softmax over the tile (xor-shuffle max, the lane's sub-tiles then an xor tree for
+// the sum) carries max and sum, and the V rows are added in key order (lanes over dimension
+// pairs). The warps' (max, sum, V sum) are then combined in warp order. No step's order
+// depends on other rows, so a row's output does not depend on the batch (batch invariance),
+// and a verify row equals the decode row at the same position. At decode (one row, a few
+// hundred keys) this is a short chain: one load round trip per 32-key tile per warp, four
+// independent 1/4-length dot chains per lane, no block barrier inside the loop.
 // Paged caches (the batched engine's pool, cuda_paged_kv_cache.h): the same kernel reads
 // each key's row through the slot's block table (KVLayerView::table); decode rows and
 // variable-length causal verify blocks of many sequences share one launch, and the bits are

@@ -71,6 +71,10 @@ __device__ __forceinline__ void qk_norm_rope_head(Load load, const float* __rest
   }
 }
 
+// Keys per warp of a row of n keys in attend_row_head: a multiple of 8, a function of n alone
+// (warp w owns keys [w chunk, (w + 1) chunk)).
+__device__ __forceinline__ int attn_chunk(int n_keys) { return ((n_keys + kAttnWarps - 1) / kAttnWarps + 7) & ~7; }
+
 // Shared memory of attend_row_head.
 struct AttnShared {
   alignas(16) float qs[kAttnMaxD];  // 16-byte aligned: the scores read it as float4
@@ -112,10 +116,15 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   constexpr int kWarps = kAttnWarps;
   constexpr int kThreads = 32 * kWarps;
   const int lane = tid & 31, warp = tid >> 5;
+  // Scores in quads: lane (kg = lane / 4, part = lane % 4) scores key 8 sb + kg of each 8-key
+  // sub-tile sb of a 32-key tile over its quarter of the dimensions (16-byte chunks c = 4 i +
+  // part, in i order), and the quad's four partial dots meet in a fixed xor tree.
+  const int kg = lane >> 2, part = lane & 3;
   // Warp w owns keys [k0, k1): the w-th of kWarps contiguous ranges of `chunk` keys, chunk a
-  // function of the row's length alone.
-  const int chunk = ((n_keys + kWarps - 1) / kWarps + 31) & ~31;
-  const int k0 = warp * chunk, k1 = min(n_keys, k0 + chunk);
+  // multiple of 8 and a function of the row's length alone (8-key sub-tiles spread a short
+  // row over every warp, and a warp skips the sub-tiles past its range).
+  const int chunk = attn_chunk(n_keys);
+  const int k0 = min(n_keys, warp * chunk), k1 = min(n_keys, k0 + chunk);
   // Dense: key j's row at base + j * D. Paged: at row_off, lane j's lookup of key t0 + j.
   const int64_t base = kPaged ? 0 : s * kv.slot_stride + kvh * kv.head_stride;
   const bf16* K = kv.k + base;
@@ -127,13 +136,14 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
     else return static_cast<int64_t>(t0 + u) * D;
   };
 
-  // One tile: lane j's K row (key t0 + j) and the lane's dimension pairs of the V rows of
-  // keys t0 .. t0 + 31, all loads issued together (one memory round trip per tile; the
-  // first tile's go out before q is staged). D = 256 keeps the V loads of the second half
-  // of the tile for its V loop (registers).
-  constexpr int kChunks = 8 * kPairs;
+  // One tile: the lane's quarter of the K rows of keys t0 + kg, t0 + 8 + kg, ... and its
+  // dimension pairs of the V rows of keys t0 .. t0 + 31, all loads issued together (one
+  // memory round trip per tile; the first tile's go out before q is staged). D = 256 keeps
+  // the V loads of the second half of the tile for its V loop (registers).
+  constexpr int kSub = 4;                // 8-key sub-tiles per 32-key tile
+  constexpr int kPartChunks = 2 * kPairs;  // 16-byte K chunks per lane and key (D <= 64 * kPairs)
   constexpr int kVKeys = kPairs <= 2 ? 32 : 16;
-  uint4 kr[kChunks];
+  uint4 kr[kSub][kPartChunks];
   uint32_t vr[kVKeys][kPairs];
   // Paged: the block-table lookup of a tile's keys is a load the K/V loads depend on; the
   // next tile's is issued with this tile's K/V loads (next_off), so from the second tile on
@@ -147,17 +157,20 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
     if (k0 < k1) next_off = lookup(k0);
   before_loads();
   auto load_tile = [&](int t0) {
-    const int j = t0 + lane;
     if constexpr (kPaged) {
       row_off = next_off;
       if (t0 + 32 < k1) next_off = lookup(t0 + 32);
     }
     if constexpr (kVec) {
-      if (j < k1) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(j) * D));
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (c < D / 8) kr[c] = k4[c];
+      for (int sb = 0; sb < kSub; ++sb) {
+        const int64_t off = key_row(t0, 8 * sb + kg);
+        if (t0 + 8 * sb + kg < k1) {
+          const uint4* k4 = reinterpret_cast<const uint4*>(K + off);
+#pragma unroll
+          for (int i = 0; i < kPartChunks; ++i)
+            if (4 * i + part < D / 8) kr[sb][i] = k4[4 * i + part];
+        }
       }
     }
 #pragma unroll
@@ -173,16 +186,26 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   sync();
   if (fresh >= k0 && fresh < min(k1, k0 + 32)) {  // warp-uniform: the first tile holds the fresh key
     const int u = fresh - k0;
+    const int64_t off = key_row(k0, u);
     if constexpr (kVec) {
-      if (lane == u) {
-        const uint4* k4 = fresh_kv ? reinterpret_cast<const uint4*>(fresh_kv)
-                                   : reinterpret_cast<const uint4*>(K + (kPaged ? row_off : static_cast<int64_t>(fresh) * D));
+      // Selects, not a store at index u / 8: that would put kr in local memory.
+      const bool mine = kg == (u & 7);
+      uint4 fk[kPartChunks];
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (c < D / 8) kr[c] = k4[c];
+      for (int i = 0; i < kPartChunks; ++i) fk[i] = make_uint4(0, 0, 0, 0);
+      if (mine) {
+        const uint4* k4 = fresh_kv ? reinterpret_cast<const uint4*>(fresh_kv) : reinterpret_cast<const uint4*>(K + off);
+#pragma unroll
+        for (int i = 0; i < kPartChunks; ++i)
+          if (4 * i + part < D / 8) fk[i] = k4[4 * i + part];
+      }
+#pragma unroll
+      for (int sb = 0; sb < kSub; ++sb) {
+        const bool hit = mine && sb == (u >> 3);
+#pragma unroll
+        for (int i = 0; i < kPartChunks; ++i) kr[sb][i] = hit ? fk[i] : kr[sb][i];
       }
     }
-    const int64_t off = key_row(k0, u);
     const uint32_t* v2 = fresh_kv ? reinterpret_cast<const uint32_t*>(fresh_kv + D) : reinterpret_cast<const uint32_t*>(V + off);
 #pragma unroll
     for (int uu = 0; uu < kVKeys; ++uu)
@@ -200,49 +223,72 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
   for (int i = 0; i < 2 * kPairs; ++i) acc[i] = 0.0f;
   for (int t0 = k0; t0 < k1; t0 += 32) {
     if (t0 != k0) load_tile(t0);
-    // Scores: lane j takes key t0 + j, a sequential dot over D.
-    const int j = t0 + lane;
-    const bool valid = j < k1;
-    float dot = 0.0f;
-    if (valid) {
-      if constexpr (kVec) {
+    // Scores: sub-tile sb's key t0 + 8 sb + kg, the quad's partial dots (sequential over the
+    // lane's chunks) added as (p0 + p1) + (p2 + p3) in every lane of the quad alike.
+    float sc[kSub];
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c)
-          if (c < D / 8) {
-            const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kr[c]);
-            // q's 8 values of this chunk as two 16-byte shared loads (every lane reads the
-            // same address: a broadcast), not eight 4-byte ones; the FMA order is unchanged.
-            const float4 qa = reinterpret_cast<const float4*>(qs)[2 * c];
-            const float4 qb = reinterpret_cast<const float4*>(qs)[2 * c + 1];
-            const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+    for (int sb = 0; sb < kSub; ++sb) {
+      sc[sb] = -INFINITY;
+      if (t0 + 8 * sb < k1) {  // warp-uniform
+        const int j = t0 + 8 * sb + kg;
+        [[maybe_unused]] const int64_t off = kVec ? 0 : key_row(t0, 8 * sb + kg);
+        float dot = 0.0f;
+        if (j < k1) {
+          if constexpr (kVec) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float2 f = __bfloat1622float2(p2[e]);
-              dot = fmaf(qv[2 * e], f.x, dot);
-              dot = fmaf(qv[2 * e + 1], f.y, dot);
+            for (int i = 0; i < kPartChunks; ++i) {
+              const int c = 4 * i + part;
+              if (c < D / 8) {
+                const __nv_bfloat162* p2 = reinterpret_cast<const __nv_bfloat162*>(&kr[sb][i]);
+                const float4 qa = reinterpret_cast<const float4*>(qs)[2 * c];
+                const float4 qb = reinterpret_cast<const float4*>(qs)[2 * c + 1];
+                const float qv[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const float2 f = __bfloat1622float2(p2[e]);
+                  dot = fmaf(qv[2 * e], f.x, dot);
+                  dot = fmaf(qv[2 * e + 1], f.y, dot);
+                }
+              }
             }
+          } else {
+            const bf16* kj = K + off;
+            for (int d = part; d < D; d += 4) dot = fmaf(qs[d], __bfloat162float(kj[d]), dot);
           }
-      } else {
-        const bf16* kj = K + (kPaged ? row_off : static_cast<int64_t>(j) * D);
-        for (int i = 0; i < D; ++i) dot = fmaf(qs[i], __bfloat162float(kj[i]), dot);
+        }
+        dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+        dot += __shfl_xor_sync(0xffffffffu, dot, 2);
+        if (j < k1) sc[sb] = dot * scale;
       }
     }
     if (t0 == k0) mark(1);
-    const float sc = valid ? dot * scale : -INFINITY;
-    // Online softmax over the tile (lane 0's key is always valid: the max is finite).
-    const float m_new = fmaxf(m, attn_warp_max(sc));
+    // Online softmax over the tile (key t0 is always valid: the max is finite). The tile's
+    // sum: the lane's sub-tiles in order, then an xor tree over the eight keys of a sub-tile.
+    float mt = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+#pragma unroll
+    for (int o2 = 4; o2 < 32; o2 <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
+    const float m_new = fmaxf(m, mt);
     const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
-    const float p = valid ? expf(sc - m_new) : 0.0f;
-    l = l * corr + attn_warp_sum(p);
+    float p[kSub];
+    float ps = 0.0f;
+#pragma unroll
+    for (int sb = 0; sb < kSub; ++sb) {
+      p[sb] = t0 + 8 * sb + kg < k1 ? expf(sc[sb] - m_new) : 0.0f;
+      ps += p[sb];
+    }
+#pragma unroll
+    for (int o2 = 4; o2 < 32; o2 <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o2);
+    l = l * corr + ps;
 #pragma unroll
     for (int i = 0; i < 2 * kPairs; ++i) acc[i] *= corr;
-    // V: keys t0 .. t0 + 31 in order (lane l owns the dimension pairs l, l + 32, ...).
+    // V: keys t0 .. t0 + tn - 1 in order (lane l owns the dimension pairs l, l + 32, ...);
+    // key u's weight is in lane 4 (u % 8), sub-tile u / 8.
     const int tn = min(32, k1 - t0);
 #pragma unroll
     for (int u = 0; u < 32; ++u) {
-      const float pj = __shfl_sync(0xffffffffu, p, u);
-      const int64_t voff = u < kVKeys ? 0 : key_row(t0, u);  // rows past the registers' keys
-      if (u < tn)
+      if (u < tn) {  // warp-uniform
+        const float pj = __shfl_sync(0xffffffffu, p[u >> 3], (u & 7) << 2);
+        const int64_t voff = u < kVKeys ? 0 : key_row(t0, u);  // rows past the registers' keys
 #pragma unroll
         for (int i = 0; i < kPairs; ++i)
           if (2 * (lane + 32 * i) < D) {
@@ -253,6 +299,7 @@ __device__ __forceinline__ void attend_row_head(const KVLayerView& kv, int s, in
             acc[2 * i] = fmaf(pj, v.x, acc[2 * i]);
             acc[2 * i + 1] = fmaf(pj, v.y, acc[2 * i + 1]);
           }
+      }
     }
     m = m_new;
     if (t0 == k0) mark(2);
