@@ -421,6 +421,48 @@ TEST(CudaModel, TensorParallelOverNcclDecodesAsTheSingleModel) {
   }
 }
 
+// A sequence decoded one token per forward over a dense or paged cache, with the drafter's
+// layer captures (the embedding, layer 0, the last layer), logits and argmax ids taking
+// turns, then a step without logits or captures (a one-token prefill chunk) and one more:
+// what the decode-path tests compare bit for bit.
+struct DecodeRun {
+  std::vector<float> logits, captured;
+  std::vector<int32_t> ids;
+};
+DecodeRun decode_with_captures(Model& m, bool paged) {
+  const std::vector<int32_t>& seq = kDecodeSeq;
+  const int prefix = kDecodePrefix;
+  const int L = m.config().num_hidden_layers;
+  std::unique_ptr<KVCache> kv = decode_cache(m, paged);
+  DecodeRun r;
+  ForwardOutput out;
+  ForwardBatch pre;
+  pre.entries.push_back({0, std::vector<int32_t>(seq.begin(), seq.begin() + prefix), {}});
+  m.forward(*kv, pre, out);
+  for (size_t i = prefix; i < seq.size(); ++i) {
+    ForwardBatch d;
+    d.entries.push_back({0, {seq[i]}, {0}});
+    d.capture_layers = {-1, 0, L - 1};
+    if (i % 2) {
+      m.forward(*kv, d, out);
+      r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
+    } else {
+      std::vector<int32_t> ids;
+      m.forward_argmax(*kv, d, out, ids);
+      r.ids.insert(r.ids.end(), ids.begin(), ids.end());
+    }
+    r.captured.insert(r.captured.end(), out.captured.begin(), out.captured.end());
+  }
+  ForwardBatch quiet;
+  quiet.entries.push_back({0, {33}, {}});
+  m.forward(*kv, quiet, out);
+  ForwardBatch last;
+  last.entries.push_back({0, {34}, {0}});
+  m.forward(*kv, last, out);
+  r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
+  return r;
+}
+
 // The persistent decode kernel (cuda_persistent_decode.h) against the layered kernels: a
 // sequence decoded one token per forward (graphs on, so replays count too) over a dense and
 // a paged cache (scattered blocks of 3 positions), with the drafter's layer captures (the
@@ -437,46 +479,10 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
     CudaModelOptions rows;
     rows.tensor_core_gemm = false;
     auto [mp, ml] = load_with_and_without(dir, &CudaModelOptions::persistent_decode, rows);
-    const int L = mp->config().num_hidden_layers;
-    struct Run {
-      std::vector<float> logits, captured;
-      std::vector<int32_t> ids;
-    };
-    auto run = [&](Model& m, bool paged) {
-      std::unique_ptr<KVCache> kv = decode_cache(m, paged);
-      Run r;
-      ForwardOutput out;
-      ForwardBatch pre;
-      pre.entries.push_back({0, std::vector<int32_t>(seq.begin(), seq.begin() + prefix), {}});
-      m.forward(*kv, pre, out);
-      for (size_t i = prefix; i < seq.size(); ++i) {
-        ForwardBatch d;
-        d.entries.push_back({0, {seq[i]}, {0}});
-        d.capture_layers = {-1, 0, L - 1};
-        if (i % 2) {
-          m.forward(*kv, d, out);
-          r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
-        } else {
-          std::vector<int32_t> ids;
-          m.forward_argmax(*kv, d, out, ids);
-          r.ids.insert(r.ids.end(), ids.begin(), ids.end());
-        }
-        r.captured.insert(r.captured.end(), out.captured.begin(), out.captured.end());
-      }
-      // A decode step without logits or captures (a one-token prefill chunk), then one more.
-      ForwardBatch quiet;
-      quiet.entries.push_back({0, {33}, {}});
-      m.forward(*kv, quiet, out);
-      ForwardBatch last;
-      last.entries.push_back({0, {34}, {0}});
-      m.forward(*kv, last, out);
-      r.logits.insert(r.logits.end(), out.logits.begin(), out.logits.end());
-      return r;
-    };
     for (bool paged : {false, true}) {
       SCOPED_TRACE(paged ? "paged" : "dense");
       const int64_t before = cuda_persistent_decode_calls(*mp);
-      const Run a = run(*mp, paged), b = run(*ml, paged);
+      const DecodeRun a = decode_with_captures(*mp, paged), b = decode_with_captures(*ml, paged);
       EXPECT_EQ(cuda_persistent_decode_calls(*mp) - before, static_cast<int64_t>(seq.size() - prefix) + 2);
       EXPECT_EQ(cuda_persistent_decode_calls(*ml), 0);
       ASSERT_EQ(a.logits.size(), b.logits.size());
@@ -484,6 +490,39 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
       EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4)) << "logit rows";
       EXPECT_EQ(0, std::memcmp(a.captured.data(), b.captured.data(), a.captured.size() * 4)) << "captured rows";
       EXPECT_EQ(a.ids, b.ids);
+    }
+  }
+}
+
+// The fused layer tail (cuda_layer_tail.h: o, gate/up, down and the next layer's QKV as one
+// kernel with grid barriers) against the layered kernels, as the persistent test above: every
+// logit row, captured row and argmax id bit-identical, dense and paged, for both staging
+// widths, and the fused path did run. Every test model without biases, and the embedded
+// target; graphs on, so replays count too.
+TEST(CudaModel, FusedLayerTailEqualsLayeredKernels) {
+  SKIP_WITHOUT_GPU();
+  for (const std::string& dir : decode_test_dirs()) {
+    SCOPED_TRACE(dir);
+    CudaModelOptions rows;  // the fused tail repeats the row kernel's arithmetic
+    rows.tensor_core_gemm = false;
+    std::unique_ptr<Model> layered = load_qwen3_cuda(dir, rows);
+    for (int unroll : {1, 2}) {
+      SCOPED_TRACE("staging loads in flight " + std::to_string(unroll));
+      CudaModelOptions opts = rows;
+      opts.fused_layer_tail = unroll;
+      std::unique_ptr<Model> fused = load_qwen3_cuda(dir, opts);
+      for (bool paged : {false, true}) {
+        SCOPED_TRACE(paged ? "paged" : "dense");
+        const int64_t before = cuda_fused_tail_calls(*fused);
+        const DecodeRun a = decode_with_captures(*fused, paged), b = decode_with_captures(*layered, paged);
+        EXPECT_EQ(cuda_fused_tail_calls(*fused) - before, static_cast<int64_t>(kDecodeSeq.size() - kDecodePrefix) + 2);
+        EXPECT_EQ(cuda_fused_tail_calls(*layered), 0);
+        ASSERT_EQ(a.logits.size(), b.logits.size());
+        ASSERT_EQ(a.captured.size(), b.captured.size());
+        EXPECT_EQ(0, std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * 4)) << "logit rows";
+        EXPECT_EQ(0, std::memcmp(a.captured.data(), b.captured.data(), a.captured.size() * 4)) << "captured rows";
+        EXPECT_EQ(a.ids, b.ids);
+      }
     }
   }
 }

@@ -42,6 +42,12 @@ struct CudaModelOptions {
   // cache) inside attention's kernel (attention_rows_fold_qk): same bits, one launch fewer
   // per layer. DSINFER_CUDA_FOLD_QK=0 / 1 over this field.
   bool fold_qk_decode = true;
+  // A forward of exactly one row runs each layer's o, gate/up and down projections and the
+  // next layer's QKV projection as one kernel with grid barriers (cuda_layer_tail.h), the
+  // row kernel's bits (tensor_core_gemm false, batch_invariant true). 0: off; 1 or 2: on,
+  // with that many staging loads in flight per thread (96 or 144 registers). Off by default
+  // until measured on the GPU; DSINFER_CUDA_FUSED_TAIL=0 / 1 / 2 over this field.
+  int fused_layer_tail = 0;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;
@@ -86,5 +92,7 @@ std::string cuda_pdl_summary();
 // Forwards that ran as the persistent decode kernel so far (0 for a model that is not a
 // CUDA Qwen3 model): tests check that the path they compare actually ran.
 int64_t cuda_persistent_decode_calls(const Model& model);
+// Forwards that ran the fused layer tail so far (same purpose).
+int64_t cuda_fused_tail_calls(const Model& model);
 
 }  // namespace dsinfer

@@ -57,6 +57,7 @@
 #include "backend/cuda/cuda_graph.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_kv_cache.h"
+#include "backend/cuda/cuda_layer_tail.h"
 #include "backend/cuda/cuda_nccl.h"
 #include "backend/cuda/cuda_paged_kv_cache.h"
 #include "backend/cuda/cuda_persistent_decode.h"
@@ -149,6 +150,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   bool gemm_batch_invariant() const override { return opts_.batch_invariant; }
   bool graphs_enabled() const override { return opts_.use_graphs; }
   int64_t persistent_calls() const { return persistent_calls_; }
+  int64_t fused_tail_calls() const { return fused_tail_calls_; }
 
  private:
   void run(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids,
@@ -183,6 +185,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   const std::pair<PersistentOp*, int>& persistent_ops(const DeviceKVStorage& kv, const std::vector<int>& capture_layers,
                                                       bool head);
   int64_t persistent_calls_ = 0;
+  int64_t fused_tail_calls_ = 0;
   // DSINFER_CUDA_PERSISTENT_PROFILE=1: the kernel records when each block finished each op
   // and when block 0 left each barrier (PersistentParams::timing); per op kind, the phase
   // time, the mean and slowest block's work and the barrier wait are printed at exit.
@@ -212,6 +215,12 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // A forward of T rows runs the q/k step inside attention: one row (its key is the only new
   // one of its slot), and no L2 window prefetch riding on the separate q/k kernel.
   bool folds_qk(int T) const { return fold_qk_ && T == 1 && pf_window_ == 0; }
+  // DSINFER_CUDA_FUSED_TAIL=1 or 2: a one-row forward runs each layer's o, gate/up, down and the
+  // next layer's QKV as one kernel with grid barriers (cuda_layer_tail.h; the row kernel's
+  // bits, so only with --cuda-gemm rows). One barrier counter per layer, zeroed per forward.
+  bool fused_tail_ = false;
+  int tail_stage_unroll_ = 0;
+  unsigned* tail_barriers_ = nullptr;
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
   unsigned* persistent_barrier_ = nullptr;
@@ -475,6 +484,20 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
       std::fprintf(stderr, "dsinfer: persistent decode off: %s\n", why);
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
+  // DSINFER_CUDA_FUSED_TAIL=1 or 2: the fused tail's staging loads in flight per thread.
+  const char* tail_env = std::getenv("DSINFER_CUDA_FUSED_TAIL");
+  if (tail_env && std::strcmp(tail_env, "0") != 0 && std::strcmp(tail_env, "1") != 0 && std::strcmp(tail_env, "2") != 0)
+    throw Error(std::string("DSINFER_CUDA_FUSED_TAIL must be 0, 1 or 2, not '") + tail_env + "'");
+  tail_stage_unroll_ = tail_env ? std::atoi(tail_env) : opts.fused_layer_tail;
+  if (tail_stage_unroll_ < 0 || tail_stage_unroll_ > 2)
+    throw Error("CUDA model options: fused_layer_tail must be 0, 1 or 2, not " + std::to_string(tail_stage_unroll_));
+  const bool want_tail = tail_stage_unroll_ > 0;
+  fused_tail_ = want_tail && opts.batch_invariant && !shape.mma && !tp_reduce_ && fold_qk_ && !cfg.attention_bias &&
+                H % 8 == 0 && NQ % 8 == 0 && I % 8 == 0;
+  if (want_tail && !fused_tail_)
+    std::fprintf(stderr, "dsinfer: fused layer tail off: it computes the row kernel's bits (--cuda-gemm rows, "
+                         "one GPU, the folded q/k step) for shapes without biases whose widths are multiples of 8\n");
+  if (fused_tail_) tail_barriers_ = weights_.alloc<unsigned>(static_cast<size_t>(cfg.num_hidden_layers));
   if (fold_qk_ && std::getenv("DSINFER_CUDA_ATTN_PROFILE"))
     attn_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * cfg.num_attention_heads *
                                                        kAttnProfileStamps);
@@ -756,6 +779,8 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host);
   // zeroed first thing, so the kernels after it chain by programmatic dependent launch.
   if (n_logits > 0 && with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long) * n_logits, s));
+  const bool tail = fused_tail_ && T == 1 && folds_qk(T) && diag_omit_ == 0 && !pf_side_;
+  if (tail) DSINFER_CUDA_CHECK(cudaMemsetAsync(tail_barriers_, 0, sizeof(unsigned) * cfg_.num_hidden_layers, s));
   embed_rows(embed_, H, tok, T, x_, s);
   rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
   capture(-1);
@@ -772,17 +797,19 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   const uint64_t b_qkv = 2ull * NQKV * H, b_o = 2ull * H * NQ, b_gu = 4ull * I * H, b_down = 2ull * H * I;
   const uint64_t o_tail = std::min(pf_o_tail_, b_o), gu_win = pf_window_ > 0 ? std::min(pf_window_, b_gu) : 0;
   const bool fold = folds_qk(T);
+  bool qkv_ready = false;  // this layer's QKV came from the previous layer's fused tail
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& W = layers_[l];
     const KVLayerView kvl = kv.layer(l);
     const bool last = l + 1 == cfg_.num_hidden_layers;
     const L2Prefetch after_down = last ? range(head_, 2ull * V * H, 0, pf_tail_) : range(layers_[l + 1].qkv, b_qkv, 0, pf_tail_);
     // The input RMSNorm, SwiGLU and the residual adds are fused into the GEMMs (cuda_gemm.h).
-    if (!(diag_omit_ & kOmitQkv))
+    if (!(diag_omit_ & kOmitQkv) && !qkv_ready)
       gemm_->run(GemmInput::rmsnorm_rows(x_, H, W.in_norm, eps), W.qkv, NQKV, H, qkv_, NQKV, T, false, hb_, s, nullptr,
                  range(W.o, b_o, 0, o_tail));
-    if (W.qkv_bias) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
-    mark("gemm qkv (+rmsnorm)");
+    if (W.qkv_bias && !qkv_ready) add_bias_rows(qkv_, NQKV, T, NQKV, W.qkv_bias, s);
+    if (!qkv_ready) mark("gemm qkv (+rmsnorm)");
+    qkv_ready = false;
     const L2Prefetch win_o = pf_window_ > 0 ? range(W.o, b_o, o_tail, b_o) : L2Prefetch{};
     const L2Prefetch win_gu = range(W.gu, b_gu, 0, gu_win);
     const bool side = pf_side_ && pf;
@@ -805,6 +832,22 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
       if (!(diag_omit_ & kOmitAttn))
         attention_rows(q_, kvl, slot, pos, T, NH, NKVH, D, scale, attb_, s, side ? L2Prefetch{} : win_gu);
       mark("attention");
+    }
+    if (tail) {
+      LayerTailArgs a;
+      a.attb = attb_, a.w_o = W.o, a.post_norm = W.post_norm, a.w_gu = W.gu, a.act = act_, a.w_down = W.down;
+      a.x = x_, a.barrier = tail_barriers_ + l;
+      a.H = static_cast<int>(H), a.NQ = static_cast<int>(NQ), a.I = static_cast<int>(I), a.eps = eps;
+      a.evict_first = gemv_shape().evict_first_weights;
+      a.stage_unroll = tail_stage_unroll_;
+      if (!last) {
+        a.next_norm = layers_[l + 1].in_norm, a.w_qkv = layers_[l + 1].qkv, a.qkv = qkv_, a.NQKV = static_cast<int>(NQKV);
+      }
+      layer_tail_one_row(a, s);
+      qkv_ready = !last;
+      mark(qkv_ready ? "fused o, gate|up, down, next qkv" : "fused o, gate|up, down");
+      capture(l);  // x after this layer's down: the QKV phase does not touch it
+      continue;
     }
     if (diag_omit_ & kAddEmpty) empty_launch(32, 256, s);
     if (side) DSINFER_CUDA_CHECK(cudaStreamWaitEvent(s, join_, 0));  // join before the o GEMM
@@ -975,6 +1018,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
       graph ? (n_logits ? graph_bucket(static_cast<int>(n_logits), pow2_buckets_) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
   if (persistent_ && rows == 1 && lrows <= 1 && !profile_) ++persistent_calls_;  // enqueue's condition
+  else if (fused_tail_ && rows == 1 && folds_qk(rows) && diag_omit_ == 0 && !pf_side_) ++fused_tail_calls_;
   int32_t* tok = meta_host_;
   int32_t* pos = meta_host_ + cap_rows_;
   int32_t* slot = meta_host_ + 2 * cap_rows_;
@@ -1224,6 +1268,11 @@ void CudaQwen3Model::lm_head(const float* hidden, int n, float* logits, bool app
 int64_t cuda_persistent_decode_calls(const Model& model) {
   const auto* m = dynamic_cast<const cuda::CudaQwen3Model*>(&model);
   return m ? m->persistent_calls() : 0;
+}
+
+int64_t cuda_fused_tail_calls(const Model& model) {
+  const auto* m = dynamic_cast<const cuda::CudaQwen3Model*>(&model);
+  return m ? m->fused_tail_calls() : 0;
 }
 
 std::unique_ptr<Model> load_qwen3_cuda_tensor_parallel(const std::string& model_dir, int ranks,
