@@ -497,8 +497,8 @@ TEST(CudaModel, PersistentDecodeEqualsLayeredKernels) {
 // The fused layer tail (cuda_layer_tail.h: o, gate/up, down and the next layer's QKV as one
 // kernel with grid barriers) against the layered kernels, as the persistent test above: every
 // logit row, captured row and argmax id bit-identical, dense and paged, for both staging
-// widths, and the fused path did run. Every test model without biases, and the embedded
-// target; graphs on, so replays count too.
+// widths and blocks of 4 or 16 warps, and the fused path did run. Every test model without
+// biases, and the embedded target; graphs on, so replays count too.
 TEST(CudaModel, FusedLayerTailEqualsLayeredKernels) {
   SKIP_WITHOUT_GPU();
   for (const std::string& dir : decode_test_dirs()) {
@@ -506,10 +506,11 @@ TEST(CudaModel, FusedLayerTailEqualsLayeredKernels) {
     CudaModelOptions rows;  // the fused tail repeats the row kernel's arithmetic
     rows.tensor_core_gemm = false;
     std::unique_ptr<Model> layered = load_qwen3_cuda(dir, rows);
-    for (int unroll : {1, 2}) {
-      SCOPED_TRACE("staging loads in flight " + std::to_string(unroll));
+    for (auto [unroll, warps] : {std::pair{1, 4}, std::pair{2, 4}, std::pair{1, 16}}) {
+      SCOPED_TRACE("staging loads in flight " + std::to_string(unroll) + ", warps per block " + std::to_string(warps));
       CudaModelOptions opts = rows;
       opts.fused_layer_tail = unroll;
+      opts.fused_layer_tail_warps = warps;
       std::unique_ptr<Model> fused = load_qwen3_cuda(dir, opts);
       for (bool paged : {false, true}) {
         SCOPED_TRACE(paged ? "paged" : "dense");

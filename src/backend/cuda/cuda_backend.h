@@ -48,6 +48,9 @@ struct CudaModelOptions {
   // with that many staging loads in flight per thread (96 or 144 registers). Off by default
   // until measured on the GPU; DSINFER_CUDA_FUSED_TAIL=0 / 1 / 2 over this field.
   int fused_layer_tail = 0;
+  // Its warps per block (4, 8, 12 or 16; DSINFER_CUDA_FUSED_TAIL_WARPS over it): the grid
+  // barriers wait for every block, so fewer, larger blocks make cheaper barriers.
+  int fused_layer_tail_warps = 4;
   // Share of the device's free memory (read when the cache is made) a KV cache may take;
   // a cache asked for with max_tokens <= 0 takes exactly this share (--cache-prealloc-ratio).
   double cache_prealloc_ratio = 0.9;

@@ -19,11 +19,12 @@ namespace dsinfer::cuda {
 
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;  // == detail::kNormThreads: the RMSNorm sum order
+// A block has LayerTailArgs::warps warps (4 to 16); the RMSNorm's sum of squares always runs
+// on its first kNormThreads threads (4 warps), in the row kernel's order.
+constexpr int kMaxThreads = 512;
+constexpr int kNormWarps = detail::kNormThreads / 32;
 constexpr int kOutPerWarp = 2;         // a feature pair per warp, as the row kernel
 constexpr int kUnroll = 4;             // 16-byte chunks per lane per batch, as the row kernel
-static_assert(kThreads == detail::kNormThreads, "the RMSNorm sum runs over exactly the row kernel's threads");
 
 using detail::add_squares;
 using detail::load_weight;
@@ -44,7 +45,7 @@ struct Phase {
 };
 
 __device__ __forceinline__ Phase make_phase(const bf16* W, int N, int K) {
-  const int total_warps = static_cast<int>(gridDim.x) * kWarps;
+  const int total_warps = static_cast<int>(gridDim.x * (blockDim.x >> 5));
   const int pairs = N / kOutPerWarp;
   const int per = (pairs + total_warps - 1) / total_warps;  // pairs of the busiest warp
   return Phase{W, N, K, (pairs + per - 1) / per};
@@ -126,47 +127,49 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target) {
 template <int kIn, int kStageUnroll>
 __device__ __forceinline__ void stage_row(const void* src, const float* norm_w, int K, float eps, bf16* As,
                                           float* red) {
-  const int n8 = K / 8;
+  const int n8 = K / 8, nthreads = static_cast<int>(blockDim.x);
   if constexpr (kIn == kBf16Row) {
     const uint4* x8 = static_cast<const uint4*>(src);
-    for (int c0 = threadIdx.x; c0 < n8; c0 += kThreads * kStageUnroll) {
+    for (int c0 = threadIdx.x; c0 < n8; c0 += nthreads * kStageUnroll) {
       uint4 v[kStageUnroll];
 #pragma unroll
       for (int u = 0; u < kStageUnroll; ++u)
-        if (c0 + u * kThreads < n8) v[u] = __ldcg(x8 + c0 + u * kThreads);
+        if (c0 + u * nthreads < n8) v[u] = __ldcg(x8 + c0 + u * nthreads);
 #pragma unroll
       for (int u = 0; u < kStageUnroll; ++u)
-        if (c0 + u * kThreads < n8) reinterpret_cast<uint4*>(As)[c0 + u * kThreads] = v[u];
+        if (c0 + u * nthreads < n8) reinterpret_cast<uint4*>(As)[c0 + u * nthreads] = v[u];
     }
   } else {
     const float4* x4 = static_cast<const float4*>(src);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // 1 / rms: sums strided over the 128 threads (float4 groups in order), a warp xor tree,
-    // the warps in order (the row kernel's order).
-    float ss = 0.0f;
-    const int n4 = K / 4;
-    for (int c0 = threadIdx.x; c0 < n4; c0 += kThreads * kStageUnroll) {
-      float4 v[kStageUnroll];
+    // 1 / rms: sums strided over the first 128 threads (float4 groups in order), a warp xor
+    // tree, those warps in order (the row kernel's order).
+    if (warp < kNormWarps) {
+      float ss = 0.0f;
+      const int n4 = K / 4;
+      for (int c0 = threadIdx.x; c0 < n4; c0 += detail::kNormThreads * kStageUnroll) {
+        float4 v[kStageUnroll];
 #pragma unroll
-      for (int u = 0; u < kStageUnroll; ++u)
-        if (c0 + u * kThreads < n4) v[u] = __ldcg(x4 + c0 + u * kThreads);
+        for (int u = 0; u < kStageUnroll; ++u)
+          if (c0 + u * detail::kNormThreads < n4) v[u] = __ldcg(x4 + c0 + u * detail::kNormThreads);
 #pragma unroll
-      for (int u = 0; u < kStageUnroll; ++u)
-        if (c0 + u * kThreads < n4) ss = add_squares(v[u], ss);
+        for (int u = 0; u < kStageUnroll; ++u)
+          if (c0 + u * detail::kNormThreads < n4) ss = add_squares(v[u], ss);
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) red[warp] = ss;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (lane == 0) red[warp] = ss;
     __syncthreads();
     float tot = 0.0f;
-    for (int w = 0; w < kWarps; ++w) tot += red[w];
+    for (int w = 0; w < kNormWarps; ++w) tot += red[w];
     const float inv = 1.0f / sqrtf(tot / static_cast<float>(K) + eps);
     const float4* y4 = reinterpret_cast<const float4*>(norm_w);
-    for (int c0 = threadIdx.x; c0 < n8; c0 += kThreads * kStageUnroll) {
+    for (int c0 = threadIdx.x; c0 < n8; c0 += nthreads * kStageUnroll) {
       float4 a[kStageUnroll][2], b[kStageUnroll][2];
 #pragma unroll
       for (int u = 0; u < kStageUnroll; ++u) {
-        const int c = c0 + u * kThreads;
+        const int c = c0 + u * nthreads;
         if (c < n8) {
           a[u][0] = __ldcg(x4 + 2 * c);
           a[u][1] = __ldcg(x4 + 2 * c + 1);
@@ -176,7 +179,7 @@ __device__ __forceinline__ void stage_row(const void* src, const float* norm_w, 
       }
 #pragma unroll
       for (int u = 0; u < kStageUnroll; ++u) {
-        const int c = c0 + u * kThreads;
+        const int c = c0 + u * nthreads;
         if (c < n8) reinterpret_cast<uint4*>(As)[c] = stage8<true>(a[u], b[u], inv);
       }
     }
@@ -264,12 +267,12 @@ __device__ __forceinline__ void run_pairs(Phase ph, const bf16* As, uint4 (&wv)[
 }
 
 template <int kSU>
-__global__ void __launch_bounds__(kThreads) layer_tail_kernel(LayerTailArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);
-  __shared__ float red[kWarps];
+  __shared__ float red[kNormWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int wid = blockIdx.x * kWarps + warp;
+  const int wid = static_cast<int>(blockIdx.x * (blockDim.x >> 5)) + warp;
   const bool ef = a.evict_first;
   const unsigned long long policy = ef ? detail::evict_first_policy() : 0ull;
   const unsigned nb = gridDim.x;
@@ -309,6 +312,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 bool layer_tail_supported(const LayerTailArgs& a) {
   if (a.H <= 0 || a.NQ <= 0 || a.I <= 0) return false;
+  if (a.warps < kNormWarps || a.warps * 32 > kMaxThreads || a.warps % kNormWarps) return false;
   if (a.H % 8 || a.NQ % 8 || a.I % 8 || (a.w_qkv && (a.NQKV <= 0 || a.NQKV % 2))) return false;
   for (const void* p : {static_cast<const void*>(a.attb), static_cast<const void*>(a.w_o), static_cast<const void*>(a.post_norm),
                         static_cast<const void*>(a.w_gu), static_cast<const void*>(a.act), static_cast<const void*>(a.w_down),
@@ -324,23 +328,24 @@ void layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream) {
                 std::to_string(a.NQ) + ", intermediate " + std::to_string(a.I) + ")");
   const size_t smem = static_cast<size_t>(std::max({a.H, a.NQ, a.I})) * sizeof(bf16);
   auto kernel = a.stage_unroll >= 2 ? layer_tail_kernel<2> : layer_tail_kernel<1>;
+  const int threads = 32 * a.warps;
   raise_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   // Every block must be resident at once (grid barriers): the occupancy limit times the SMs.
   thread_local int sms = 0;
-  thread_local std::vector<std::tuple<const void*, size_t, int>> grids;  // (kernel, smem) -> grid
+  thread_local std::vector<std::tuple<const void*, size_t, int, int>> grids;  // (kernel, smem, threads) -> grid
   int grid = 0;
-  for (const auto& [k, sm, g] : grids)
-    if (k == reinterpret_cast<const void*>(kernel) && sm == smem) grid = g;
+  for (const auto& [k, sm, t, g] : grids)
+    if (k == reinterpret_cast<const void*>(kernel) && sm == smem && t == threads) grid = g;
   if (grid == 0) {
     int dev = 0, per_sm = 0;
     DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
     if (sms == 0) DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    DSINFER_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
     if (per_sm < 1) throw Error("CUDA fused layer tail: no block fits on an SM");
     grid = per_sm * sms;
-    grids.emplace_back(reinterpret_cast<const void*>(kernel), smem, grid);
+    grids.emplace_back(reinterpret_cast<const void*>(kernel), smem, threads, grid);
   }
-  launch_pdl(PdlSite::Gemv, kernel, dim3(grid), dim3(kThreads), smem, stream, a);
+  launch_pdl(PdlSite::Gemv, kernel, dim3(grid), dim3(threads), smem, stream, a);
   DSINFER_CUDA_LAUNCHED("layer_tail_kernel");
 }
 

@@ -19,7 +19,8 @@
 //
 // Activations written inside the kernel (x, act) are read back with ld.cg (the L2), never
 // through a possibly stale L1 line. The grid barrier needs every block resident at once: the
-// grid is the occupancy limit times the SMs, and the kernel lets the next launch start
+// grid is the occupancy limit times the SMs (blocks of LayerTailArgs::warps warps), and the
+// kernel lets the next launch start
 // (programmatic dependent launch) only after its last barrier, when all its blocks are in.
 #pragma once
 #include <cuda_bf16.h>
@@ -47,6 +48,9 @@ struct LayerTailArgs {
   float eps = 1e-6f;
   bool evict_first = true;           // weight loads with the L2 evict-first policy
   int stage_unroll = 1;              // staging loads in flight per thread: 1 (96 registers) or 2 (144)
+  // Warps per block: 4, 8, 12 or 16. Every block of the grid arrives at each barrier, so fewer,
+  // larger blocks make cheaper barriers (16 warps at 96 registers: one block per SM).
+  int warps = 4;
 };
 
 // Whether the fused tail can run these shapes (every K a multiple of 8, 16-byte aligned rows

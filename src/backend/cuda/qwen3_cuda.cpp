@@ -220,6 +220,7 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // bits, so only with --cuda-gemm rows). One barrier counter per layer, zeroed per forward.
   bool fused_tail_ = false;
   int tail_stage_unroll_ = 0;
+  int tail_warps_ = 4;
   unsigned* tail_barriers_ = nullptr;
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
@@ -491,6 +492,15 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   tail_stage_unroll_ = tail_env ? std::atoi(tail_env) : opts.fused_layer_tail;
   if (tail_stage_unroll_ < 0 || tail_stage_unroll_ > 2)
     throw Error("CUDA model options: fused_layer_tail must be 0, 1 or 2, not " + std::to_string(tail_stage_unroll_));
+  tail_warps_ = opts.fused_layer_tail_warps;
+  if (const char* e = std::getenv("DSINFER_CUDA_FUSED_TAIL_WARPS")) {
+    const std::string v = e;
+    if (v != "4" && v != "8" && v != "12" && v != "16")
+      throw Error("DSINFER_CUDA_FUSED_TAIL_WARPS must be 4, 8, 12 or 16, not '" + v + "'");
+    tail_warps_ = std::stoi(v);
+  }
+  if (tail_warps_ != 4 && tail_warps_ != 8 && tail_warps_ != 12 && tail_warps_ != 16)
+    throw Error("CUDA model options: fused_layer_tail_warps must be 4, 8, 12 or 16, not " + std::to_string(tail_warps_));
   const bool want_tail = tail_stage_unroll_ > 0;
   fused_tail_ = want_tail && opts.batch_invariant && !shape.mma && !tp_reduce_ && fold_qk_ && !cfg.attention_bias &&
                 H % 8 == 0 && NQ % 8 == 0 && I % 8 == 0;
@@ -840,6 +850,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
       a.H = static_cast<int>(H), a.NQ = static_cast<int>(NQ), a.I = static_cast<int>(I), a.eps = eps;
       a.evict_first = gemv_shape().evict_first_weights;
       a.stage_unroll = tail_stage_unroll_;
+      a.warps = tail_warps_;
       if (!last) {
         a.next_norm = layers_[l + 1].in_norm, a.w_qkv = layers_[l + 1].qkv, a.qkv = qkv_, a.NQKV = static_cast<int>(NQKV);
       }
