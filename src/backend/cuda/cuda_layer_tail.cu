@@ -276,34 +276,66 @@ __global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a
   const bool ef = a.evict_first;
   const unsigned long long policy = ef ? detail::evict_first_policy() : 0ull;
   const unsigned nb = gridDim.x;
+  unsigned long long* stamp = a.timing && threadIdx.x == 0 ? a.timing + static_cast<size_t>(blockIdx.x) * kLayerTailStamps : nullptr;
+  auto mark = [&](int k) {
+    if (stamp) {
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      stamp[k] = t;
+    }
+  };
 
   uint4 wv[kUnroll][kOutPerWarp];
   first_batch(wv, make_phase(a.w_o, a.H, a.NQ), wid, lane, ef, policy);  // constant weights: before the wait
   pdl_wait();                                                            // attention's output is in
+  mark(0);
 
   stage_row<kBf16Row, kSU>(a.attb, nullptr, a.NQ, a.eps, As, red);
   run_pairs<kAccumulate>(make_phase(a.w_o, a.H, a.NQ), As, wv, opaque(wid), opaque(lane), a.x, nullptr, ef, policy);
   first_batch(wv, make_phase(a.w_gu, 2 * a.I, a.H), opaque(wid), opaque(lane), ef, policy);
+  if (a.timing) {  // the block's work done, all warps
+    __syncthreads();
+    mark(1);
+  }
   grid_barrier(a.barrier, nb);
+  mark(2);
 
   stage_row<kRmsNormRow, kSU>(a.x, a.post_norm, a.H, a.eps, As, red);
   run_pairs<kSilu>(make_phase(a.w_gu, 2 * a.I, a.H), As, wv, opaque(wid), opaque(lane), nullptr, a.act, ef, policy);
   first_batch(wv, make_phase(a.w_down, a.H, a.I), opaque(wid), opaque(lane), ef, policy);
+  if (a.timing) {  // the block's work done, all warps
+    __syncthreads();
+    mark(3);
+  }
   grid_barrier(a.barrier, 2 * nb);
+  mark(4);
 
   stage_row<kBf16Row, kSU>(a.act, nullptr, a.I, a.eps, As, red);
   run_pairs<kAccumulate>(make_phase(a.w_down, a.H, a.I), As, wv, opaque(wid), opaque(lane), a.x, nullptr, ef, policy);
   if (a.w_qkv == nullptr) {
+    if (a.timing) {
+      __syncthreads();
+      mark(5);
+    }
     pdl_trigger();
     return;
   }
   first_batch(wv, make_phase(a.w_qkv, a.NQKV, a.H), opaque(wid), opaque(lane), ef, policy);
+  if (a.timing) {  // the block's work done, all warps
+    __syncthreads();
+    mark(5);
+  }
   grid_barrier(a.barrier, 3 * nb);
+  mark(6);
   // Every block has passed three barriers, so all are resident: the next launch (the next
   // layer's attention) may take the room this grid frees.
   pdl_trigger();
   stage_row<kRmsNormRow, kSU>(a.x, a.next_norm, a.H, a.eps, As, red);
   run_pairs<kStore>(make_phase(a.w_qkv, a.NQKV, a.H), As, wv, opaque(wid), opaque(lane), a.qkv, nullptr, ef, policy);
+  if (a.timing) {
+    __syncthreads();
+    mark(7);
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -322,7 +354,7 @@ bool layer_tail_supported(const LayerTailArgs& a) {
   return a.barrier != nullptr;
 }
 
-void layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream) {
+int layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream) {
   if (!layer_tail_supported(a))
     throw Error("CUDA fused layer tail: unsupported shapes or alignment (H " + std::to_string(a.H) + ", q features " +
                 std::to_string(a.NQ) + ", intermediate " + std::to_string(a.I) + ")");
@@ -347,6 +379,7 @@ void layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream) {
   }
   launch_pdl(PdlSite::Gemv, kernel, dim3(grid), dim3(threads), smem, stream, a);
   DSINFER_CUDA_LAUNCHED("layer_tail_kernel");
+  return grid;
 }
 
 }  // namespace dsinfer::cuda

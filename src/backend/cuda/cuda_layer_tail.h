@@ -51,14 +51,20 @@ struct LayerTailArgs {
   // Warps per block: 4, 8, 12 or 16. Every block of the grid arrives at each barrier, so fewer,
   // larger blocks make cheaper barriers (16 warps at 96 registers: one block per SM).
   int warps = 4;
+  // Profiling (DSINFER_CUDA_FUSED_TAIL_PROFILE): thread 0 of block b writes kLayerTailStamps
+  // %globaltimer stamps (ns) at timing[b * kLayerTailStamps + k]: past the PDL wait, then
+  // for each phase (o, gate/up, down, QKV) its work done and, but for the last, its barrier
+  // passed. Null: no stamps.
+  unsigned long long* timing = nullptr;
 };
+constexpr int kLayerTailStamps = 8;
 
 // Whether the fused tail can run these shapes (every K a multiple of 8, 16-byte aligned rows
 // and weights, the staged row in shared memory).
 bool layer_tail_supported(const LayerTailArgs& a);
 
-// One launch (programmatic dependent launch after attention). Throws Error on an unsupported
-// shape.
-void layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream);
+// One launch (programmatic dependent launch after attention); returns its grid (blocks).
+// Throws Error on an unsupported shape.
+int layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream);
 
 }  // namespace dsinfer::cuda

@@ -221,6 +221,16 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   bool fused_tail_ = false;
   int tail_stage_unroll_ = 0;
   int tail_warps_ = 4;
+  // DSINFER_CUDA_FUSED_TAIL_PROFILE=1: the fused tail's blocks stamp their phases
+  // (kLayerTailStamps per block and layer, room for tail_max_blocks_ blocks), summed here.
+  unsigned long long* tail_timing_ = nullptr;
+  int tail_max_blocks_ = 0, tail_grid_ = 0;
+  struct TailStat {
+    double work_us[4] = {}, slowest_us[4] = {};   // per phase: mean block, slowest block
+    double wait_us[3] = {}, release_us[3] = {};   // per barrier: mean wait, last arrival to last release
+    int64_t layers = 0, qkv_layers = 0;
+  } tail_stat_;
+  void collect_tail_timing();
   unsigned* tail_barriers_ = nullptr;
   bool persistent_ = false;  // wanted (options.persistent_decode, or DSINFER_CUDA_PERSISTENT over it) and supported
   int persistent_max_k_ = 0;
@@ -508,6 +518,14 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
     std::fprintf(stderr, "dsinfer: fused layer tail off: it computes the row kernel's bits (--cuda-gemm rows, "
                          "one GPU, the folded q/k step) for shapes without biases whose widths are multiples of 8\n");
   if (fused_tail_) tail_barriers_ = weights_.alloc<unsigned>(static_cast<size_t>(cfg.num_hidden_layers));
+  if (fused_tail_ && std::getenv("DSINFER_CUDA_FUSED_TAIL_PROFILE")) {
+    int dev = 0, sms = 0;
+    DSINFER_CUDA_CHECK(cudaGetDevice(&dev));
+    DSINFER_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    tail_max_blocks_ = 16 * sms;  // more than any block shape's resident blocks
+    tail_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * tail_max_blocks_ *
+                                                       kLayerTailStamps);
+  }
   if (fold_qk_ && std::getenv("DSINFER_CUDA_ATTN_PROFILE"))
     attn_timing_ = weights_.alloc<unsigned long long>(static_cast<size_t>(cfg.num_hidden_layers) * cfg.num_attention_heads *
                                                        kAttnProfileStamps);
@@ -575,6 +593,42 @@ void CudaQwen3Model::collect_attn_timing() {
     prev_done = last;
   }
   ++attn_stat_.forwards;
+}
+
+void CudaQwen3Model::collect_tail_timing() {
+  const int L = cfg_.num_hidden_layers, S = kLayerTailStamps, nb = tail_grid_;
+  if (nb <= 0) return;
+  std::vector<unsigned long long> t(static_cast<size_t>(L) * tail_max_blocks_ * S);
+  DSINFER_CUDA_CHECK(cudaMemcpy(t.data(), tail_timing_, t.size() * sizeof(t[0]), cudaMemcpyDeviceToHost));
+  for (int l = 0; l < L; ++l) {
+    const unsigned long long* b0 = t.data() + static_cast<size_t>(l) * tail_max_blocks_ * S;
+    const bool qkv = l + 1 < L;
+    // (phase start, phase done) stamp pairs, and (done, barrier passed) pairs
+    const int starts[4] = {0, 2, 4, 6}, dones[4] = {1, 3, 5, 7};
+    for (int ph = 0; ph < (qkv ? 4 : 3); ++ph) {
+      double sum = 0, mx = 0;
+      for (int b = 0; b < nb; ++b) {
+        const double w = (static_cast<double>(b0[b * S + dones[ph]]) - static_cast<double>(b0[b * S + starts[ph]])) / 1e3;
+        sum += w;
+        mx = std::max(mx, w);
+      }
+      tail_stat_.work_us[ph] += sum / nb;
+      tail_stat_.slowest_us[ph] += mx;
+    }
+    for (int br = 0; br < (qkv ? 3 : 2); ++br) {
+      double sum = 0, last_in = 0, last_out = 0;
+      for (int b = 0; b < nb; ++b) {
+        const double in = static_cast<double>(b0[b * S + dones[br]]), out = static_cast<double>(b0[b * S + starts[br + 1]]);
+        sum += (out - in) / 1e3;
+        last_in = std::max(last_in, in);
+        last_out = std::max(last_out, out);
+      }
+      tail_stat_.wait_us[br] += sum / nb;
+      tail_stat_.release_us[br] += (last_out - last_in) / 1e3;
+    }
+    ++tail_stat_.layers;
+    if (qkv) ++tail_stat_.qkv_layers;
+  }
 }
 
 CudaQwen3Model::~CudaQwen3Model() {
@@ -851,10 +905,12 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
       a.evict_first = gemv_shape().evict_first_weights;
       a.stage_unroll = tail_stage_unroll_;
       a.warps = tail_warps_;
+      if (tail_timing_) a.timing = tail_timing_ + static_cast<size_t>(l) * tail_max_blocks_ * kLayerTailStamps;
       if (!last) {
         a.next_norm = layers_[l + 1].in_norm, a.w_qkv = layers_[l + 1].qkv, a.qkv = qkv_, a.NQKV = static_cast<int>(NQKV);
       }
-      layer_tail_one_row(a, s);
+      tail_grid_ = layer_tail_one_row(a, s);
+      if (tail_timing_ && tail_grid_ > tail_max_blocks_) throw Error("CUDA fused layer tail: grid larger than its profile room");
       qkv_ready = !last;
       mark(qkv_ready ? "fused o, gate|up, down, next qkv" : "fused o, gate|up, down");
       capture(l);  // x after this layer's down: the QKV phase does not touch it
@@ -925,6 +981,22 @@ void CudaQwen3Model::print_profile() const {
     for (const auto& [name, st] : persistent_stats_)
       std::fprintf(stderr, "  %-28s %12.1f %12.1f %12.1f %12.1f\n", name.c_str(), st.phase_us * f, st.mean_work_us * f,
                    st.max_work_us * f, st.barrier_us * f);
+  }
+  if (tail_stat_.layers > 0) {
+    const double fl = 1.0 / static_cast<double>(tail_stat_.layers);
+    const double fq = tail_stat_.qkv_layers ? 1.0 / static_cast<double>(tail_stat_.qkv_layers) : 0.0;
+    std::fprintf(stderr, "DSINFER_CUDA_FUSED_TAIL_PROFILE: %d blocks; per layer, us (mean block / slowest block):", tail_grid_);
+    static const char* kPhases[4] = {"o", "gate/up", "down", "next qkv"};
+    for (int ph = 0; ph < 4; ++ph) {
+      const double f = ph == 3 ? fq : fl;
+      std::fprintf(stderr, " %s %.2f / %.2f;", kPhases[ph], tail_stat_.work_us[ph] * f, tail_stat_.slowest_us[ph] * f);
+    }
+    std::fprintf(stderr, " barriers (mean wait / last arrival to last release):");
+    for (int br = 0; br < 3; ++br) {
+      const double f = br == 2 ? fq : fl;
+      std::fprintf(stderr, " %d: %.2f / %.2f;", br + 1, tail_stat_.wait_us[br] * f, tail_stat_.release_us[br] * f);
+    }
+    std::fprintf(stderr, "\n");
   }
   if (attn_stat_.layers > 0) {
     const double fl = 1.0 / static_cast<double>(attn_stat_.layers);
@@ -1121,6 +1193,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   // (only forwards that ran the folded attention kernel stamped the buffer)
   if (attn_timing_ && folds_qk(static_cast<int>(T)) && !(diag_omit_ & kOmitAttn) && !(persistent_ && lrows <= 1))
     collect_attn_timing();
+  if (tail_timing_ && rows == 1 && folds_qk(rows) && diag_omit_ == 0 && !pf_side_ && !persistent_) collect_tail_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
