@@ -184,7 +184,8 @@ if [[ " $STEPS " == *" stalls "* ]]; then
   # and memory sections, per-instruction stall samples every 32 cycles) over STALL_COUNT
   # eager launches of the kernels matching each regex in STALL_KERNELS, after STALL_SKIP[i]
   # matching launches (past the warm-up and the prompt); the report pages land in
-  # $OUT/stalls_<i>_{details,source}.csv and the SASS of the dsinfer binary in $OUT/dsinfer.sass.
+  # $OUT/stalls_<i>_{details,source}.csv and the SASS of the dsinfer binary in $OUT/dsinfer.sass;
+  # scripts/ncu_stalls.py prints each launch's stall shares and its STALL_TOP busiest instructions.
   NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
   [ -n "$CUOBJDUMP" ] && "$CUOBJDUMP" -sass "$DEV/dsinfer" > "$OUT/dsinfer.sass" 2>/dev/null
@@ -197,8 +198,8 @@ if [[ " $STEPS " == *" stalls "* ]]; then
       > "$OUT/stalls_$i.log" 2>&1
     "$NCU" -i /tmp/stalls_$i.ncu-rep --page details --csv > "$OUT/stalls_${i}_details.csv" 2>> "$OUT/stalls_$i.log"
     "$NCU" -i /tmp/stalls_$i.ncu-rep --page source --csv --print-source sass > "$OUT/stalls_${i}_source.csv" 2>> "$OUT/stalls_$i.log"
-    echo "== stalls $k: $(wc -l < "$OUT/stalls_${i}_details.csv") detail lines, $(wc -l < "$OUT/stalls_${i}_source.csv") source lines"
-    grep -E "Duration|Warp Cycles Per Issued|Issued Warp|No Eligible|Registers Per|Achieved Occupancy" "$OUT/stalls_${i}_details.csv" | head -24
+    echo "== stalls $k"
+    python3 "$R/scripts/ncu_stalls.py" "$OUT/stalls_${i}_source.csv" --top ${STALL_TOP:-12} || tail -5 "$OUT/stalls_$i.log"
     i=$((i + 1))
   done
 fi
