@@ -5,10 +5,12 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "core/thread_pool.h"
@@ -89,4 +91,29 @@ TEST(Core, MappedFileReadsAndErrors) {
     EXPECT_NE(std::string(e.what()).find(".missing"), std::string::npos);
   }
   std::remove(path.c_str());
+}
+
+// The environment's switches and choices: unset or empty keeps the default, an allowed value
+// sets it, anything else is an Error naming the variable and what it accepts.
+TEST(Core, EnvironmentSwitchesAndChoices) {
+  const char* name = "DSINFER_TEST_ENV_CHOICE";
+  unsetenv(name);
+  EXPECT_EQ(env_choice(name, {4, 8, 16}, 8), 8);
+  EXPECT_TRUE(env_switch(name, true));
+  setenv(name, "", 1);
+  EXPECT_EQ(env_choice(name, {4, 8, 16}, 4), 4);
+  setenv(name, "16", 1);
+  EXPECT_EQ(env_choice(name, {4, 8, 16}, 4), 16);
+  setenv(name, "1", 1);
+  EXPECT_TRUE(env_switch(name, false));
+  setenv(name, "12", 1);
+  try {
+    env_choice(name, {4, 8, 16}, 4);
+    ADD_FAILURE() << "12 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DSINFER_TEST_ENV_CHOICE must be one of 4, 8, 16, not '12'"), std::string::npos) << e.what();
+  }
+  setenv(name, "yes", 1);
+  EXPECT_THROW(env_switch(name, false), Error);
+  unsetenv(name);
 }

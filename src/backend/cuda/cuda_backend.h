@@ -45,7 +45,7 @@ struct CudaModelOptions {
   // A forward of exactly one row runs each layer's o, gate/up and down projections and the
   // next layer's QKV projection as one kernel with grid barriers (cuda_layer_tail.h), the
   // row kernel's bits (tensor_core_gemm false, batch_invariant true). 0: off; 1 or 2: on,
-  // with that many staging loads in flight per thread (96 or 144 registers). Off by default
+  // with that many staging loads in flight per thread (98 registers, or 128 with a few spills). Off by default
   // until measured on the GPU; DSINFER_CUDA_FUSED_TAIL=0 / 1 / 2 over this field.
   int fused_layer_tail = 0;
   // Its warps per block (4, 8, 12 or 16; DSINFER_CUDA_FUSED_TAIL_WARPS over it): the grid

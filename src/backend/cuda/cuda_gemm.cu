@@ -40,6 +40,7 @@ constexpr int kStageUnroll = 4;  // 16-byte loads in flight per thread while sta
 constexpr int kOneRowMaxM = 16;  // GemvShape::one_row_max_bytes applies up to this many rows
 
 using detail::argmax_key;
+using detail::dot8;
 using detail::load8_pair;
 using detail::add_squares;
 using detail::evict_first_policy;
@@ -320,9 +321,7 @@ __global__ void __launch_bounds__(kMaxThreads)
                 float a[8];
                 unpack8(*reinterpret_cast<const uint4*>(As + r * Kp + c * 8), a);
 #pragma unroll
-                for (int o = 0; o < kOutPerWarp; ++o)
-#pragma unroll
-                  for (int j = 0; j < 8; ++j) acc[r][o] = fmaf(a[j], wf[o][j], acc[r][o]);
+                for (int o = 0; o < kOutPerWarp; ++o) acc[r][o] = dot8(a, wf[o], acc[r][o]);
               }
             }
           }

@@ -23,6 +23,15 @@ __device__ __forceinline__ void unpack8(const uint4& v, float* f) {
   }
 }
 
+// acc + the 8 products a[j] * w[j], in order: one 16-byte chunk's step of the row GEMM's and
+// the fused layer tail's dot products, one FMA chain for both (the persistent kernel writes
+// the same chain out by hand, two accumulators interleaved).
+__device__ __forceinline__ float dot8(const float (&a)[8], const float (&w)[8], float acc) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) acc = fmaf(a[j], w[j], acc);
+  return acc;
+}
+
 // ss + the squares of v's four values, in order (every RMSNorm sum of the GEMM kernels).
 __device__ __forceinline__ float add_squares(const float4& v, float ss) {
   ss = fmaf(v.x, v.x, ss);

@@ -51,21 +51,6 @@ __device__ __forceinline__ Phase make_phase(const bf16* W, int N, int K) {
   return Phase{W, N, K, (pairs + per - 1) / per};
 }
 
-// load_weight (cuda_gemv_impl.cuh) as a volatile asm: the compiler keeps a phase's first-batch
-// loads where they are written (after the phase before, ahead of the barrier) instead of
-// moving them across phases, which held their registers through the previous phase (207
-// registers against 120).
-__device__ __forceinline__ uint4 load_weight_here(const uint4* p, bool evict_first, unsigned long long policy) {
-  uint4 v;
-  if (evict_first)
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(policy));
-  else
-    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
 // This warp's first batch of a phase: chunks lane, lane + 32, ... of its first pair's rows
 // (the row kernel's load_batch).
 __device__ __forceinline__ void first_batch(uint4 (&wv)[kUnroll][kOutPerWarp], Phase ph, int wid, int lane, bool ef,
@@ -83,12 +68,13 @@ __device__ __forceinline__ void first_batch(uint4 (&wv)[kUnroll][kOutPerWarp], P
     const uint4* w4 = reinterpret_cast<const uint4*>(ph.W + static_cast<int64_t>(n0 + o) * ph.K);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (lane + u * 32 < chunks) wv[u][o] = load_weight_here(w4 + lane + u * 32, ef, policy);
+      if (lane + u * 32 < chunks) wv[u][o] = load_weight(w4 + lane + u * 32, ef, policy);
   }
 }
 
 // v, hidden from the optimiser: what a phase derives from it is computed in that phase, not
-// hoisted to the kernel's start and held in registers through the phases before.
+// hoisted to the kernel's start and held in registers through the phases before (98 against
+// 120 registers for the whole kernel).
 __device__ __forceinline__ int opaque(int v) {
   asm volatile("" : "+r"(v));
   return v;
@@ -122,8 +108,8 @@ __device__ void grid_barrier(unsigned* ctr, unsigned target) {
 // The phase's input row as BF16 in As: the row kernel's one-row staging, reading through the
 // L2 (the row may have been written by another block of this kernel).
 // kStageUnroll: loads in flight per thread while staging (the row kernel has 4; the values
-// and the sum order do not depend on it, the registers do: 96 registers with 1, 144 with 2,
-// 207 with 4 for the whole kernel).
+// and the sum order do not depend on it, the registers do: for the whole kernel 98 with 1, and
+// 2 needs more than the 512-thread launch bound's 128 (a few spills); 4 needed 207).
 template <int kIn, int kStageUnroll>
 __device__ __forceinline__ void stage_row(const void* src, const float* norm_w, int K, float eps, bf16* As,
                                           float* red) {
@@ -234,9 +220,7 @@ __device__ __forceinline__ void run_pairs(Phase ph, const bf16* As, uint4 (&wv)[
             float a[8];
             unpack8(*reinterpret_cast<const uint4*>(As + c * 8), a);
 #pragma unroll
-            for (int o = 0; o < kOutPerWarp; ++o)
-#pragma unroll
-              for (int e = 0; e < 8; ++e) acc[o] = fmaf(a[e], wf[o][e], acc[o]);
+            for (int o = 0; o < kOutPerWarp; ++o) acc[o] = detail::dot8(a, wf[o], acc[o]);
           }
         }
 #pragma unroll
@@ -266,7 +250,9 @@ __device__ __forceinline__ void run_pairs(Phase ph, const bf16* As, uint4 (&wv)[
   }
 }
 
-template <int kSU>
+// kProfile: the phase stamps (a.timing) are compiled in only for profiling runs: they cost 26
+// registers (124 against 98), so the plain kernel must not carry them.
+template <int kSU, bool kProfile>
 __global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* As = reinterpret_cast<bf16*>(smem_raw);
@@ -276,12 +262,15 @@ __global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a
   const bool ef = a.evict_first;
   const unsigned long long policy = ef ? detail::evict_first_policy() : 0ull;
   const unsigned nb = gridDim.x;
-  unsigned long long* stamp = a.timing && threadIdx.x == 0 ? a.timing + static_cast<size_t>(blockIdx.x) * kLayerTailStamps : nullptr;
-  auto mark = [&](int k) {
-    if (stamp) {
-      unsigned long long t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      stamp[k] = t;
+  // Profiling stamps (thread 0) and, with `done`, after the whole block's work (all warps).
+  auto mark = [&](int k, bool done = false) {
+    if constexpr (kProfile) {
+      if (done) __syncthreads();
+      if (threadIdx.x == 0) {
+        unsigned long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        a.timing[static_cast<size_t>(blockIdx.x) * kLayerTailStamps + k] = t;
+      }
     }
   };
 
@@ -293,38 +282,26 @@ __global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a
   stage_row<kBf16Row, kSU>(a.attb, nullptr, a.NQ, a.eps, As, red);
   run_pairs<kAccumulate>(make_phase(a.w_o, a.H, a.NQ), As, wv, opaque(wid), opaque(lane), a.x, nullptr, ef, policy);
   first_batch(wv, make_phase(a.w_gu, 2 * a.I, a.H), opaque(wid), opaque(lane), ef, policy);
-  if (a.timing) {  // the block's work done, all warps
-    __syncthreads();
-    mark(1);
-  }
+  mark(1, true);
   grid_barrier(a.barrier, nb);
   mark(2);
 
   stage_row<kRmsNormRow, kSU>(a.x, a.post_norm, a.H, a.eps, As, red);
   run_pairs<kSilu>(make_phase(a.w_gu, 2 * a.I, a.H), As, wv, opaque(wid), opaque(lane), nullptr, a.act, ef, policy);
   first_batch(wv, make_phase(a.w_down, a.H, a.I), opaque(wid), opaque(lane), ef, policy);
-  if (a.timing) {  // the block's work done, all warps
-    __syncthreads();
-    mark(3);
-  }
+  mark(3, true);
   grid_barrier(a.barrier, 2 * nb);
   mark(4);
 
   stage_row<kBf16Row, kSU>(a.act, nullptr, a.I, a.eps, As, red);
   run_pairs<kAccumulate>(make_phase(a.w_down, a.H, a.I), As, wv, opaque(wid), opaque(lane), a.x, nullptr, ef, policy);
   if (a.w_qkv == nullptr) {
-    if (a.timing) {
-      __syncthreads();
-      mark(5);
-    }
+    mark(5, true);
     pdl_trigger();
     return;
   }
   first_batch(wv, make_phase(a.w_qkv, a.NQKV, a.H), opaque(wid), opaque(lane), ef, policy);
-  if (a.timing) {  // the block's work done, all warps
-    __syncthreads();
-    mark(5);
-  }
+  mark(5, true);
   grid_barrier(a.barrier, 3 * nb);
   mark(6);
   // Every block has passed three barriers, so all are resident: the next launch (the next
@@ -332,10 +309,7 @@ __global__ void __launch_bounds__(kMaxThreads) layer_tail_kernel(LayerTailArgs a
   pdl_trigger();
   stage_row<kRmsNormRow, kSU>(a.x, a.next_norm, a.H, a.eps, As, red);
   run_pairs<kStore>(make_phase(a.w_qkv, a.NQKV, a.H), As, wv, opaque(wid), opaque(lane), a.qkv, nullptr, ef, policy);
-  if (a.timing) {
-    __syncthreads();
-    mark(7);
-  }
+  mark(7, true);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -359,7 +333,8 @@ int layer_tail_one_row(const LayerTailArgs& a, cudaStream_t stream) {
     throw Error("CUDA fused layer tail: unsupported shapes or alignment (H " + std::to_string(a.H) + ", q features " +
                 std::to_string(a.NQ) + ", intermediate " + std::to_string(a.I) + ")");
   const size_t smem = static_cast<size_t>(std::max({a.H, a.NQ, a.I})) * sizeof(bf16);
-  auto kernel = a.stage_unroll >= 2 ? layer_tail_kernel<2> : layer_tail_kernel<1>;
+  auto kernel = a.timing ? (a.stage_unroll >= 2 ? layer_tail_kernel<2, true> : layer_tail_kernel<1, true>)
+                         : (a.stage_unroll >= 2 ? layer_tail_kernel<2, false> : layer_tail_kernel<1, false>);
   const int threads = 32 * a.warps;
   raise_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   // Every block must be resident at once (grid barriers): the occupancy limit times the SMs.

@@ -47,9 +47,9 @@ struct LayerTailArgs {
   int H = 0, NQ = 0, I = 0, NQKV = 0;
   float eps = 1e-6f;
   bool evict_first = true;           // weight loads with the L2 evict-first policy
-  int stage_unroll = 1;              // staging loads in flight per thread: 1 (96 registers) or 2 (144)
+  int stage_unroll = 1;              // staging loads in flight per thread: 1 (98 registers) or 2 (128, spills)
   // Warps per block: 4, 8, 12 or 16. Every block of the grid arrives at each barrier, so fewer,
-  // larger blocks make cheaper barriers (16 warps at 96 registers: one block per SM).
+  // larger blocks make cheaper barriers (16 warps at 98 registers: one block per SM).
   int warps = 4;
   // Profiling (DSINFER_CUDA_FUSED_TAIL_PROFILE): thread 0 of block b writes kLayerTailStamps
   // %globaltimer stamps (ns) at timing[b * kLayerTailStamps + k]: past the PDL wait, then

@@ -219,6 +219,8 @@ class CudaQwen3Model final : public Model, public CudaTarget, public DeviceVerif
   // next layer's QKV as one kernel with grid barriers (cuda_layer_tail.h; the row kernel's
   // bits, so only with --cuda-gemm rows). One barrier counter per layer, zeroed per forward.
   bool fused_tail_ = false;
+  // Whether a forward of T rows (as enqueue() sees it) runs the fused tail.
+  bool runs_fused_tail(int T) const { return fused_tail_ && folds_qk(T) && diag_omit_ == 0; }
   int tail_stage_unroll_ = 0;
   int tail_warps_ = 4;
   // DSINFER_CUDA_FUSED_TAIL_PROFILE=1: the fused tail's blocks stamp their phases
@@ -496,19 +498,10 @@ CudaQwen3Model::CudaQwen3Model(const ModelConfig& cfg, const CudaModelOptions& o
   }
   if (persistent_) persistent_barrier_ = weights_.alloc<unsigned>(1);
   // DSINFER_CUDA_FUSED_TAIL=1 or 2: the fused tail's staging loads in flight per thread.
-  const char* tail_env = std::getenv("DSINFER_CUDA_FUSED_TAIL");
-  if (tail_env && std::strcmp(tail_env, "0") != 0 && std::strcmp(tail_env, "1") != 0 && std::strcmp(tail_env, "2") != 0)
-    throw Error(std::string("DSINFER_CUDA_FUSED_TAIL must be 0, 1 or 2, not '") + tail_env + "'");
-  tail_stage_unroll_ = tail_env ? std::atoi(tail_env) : opts.fused_layer_tail;
+  tail_stage_unroll_ = env_choice("DSINFER_CUDA_FUSED_TAIL", {0, 1, 2}, opts.fused_layer_tail);
+  tail_warps_ = env_choice("DSINFER_CUDA_FUSED_TAIL_WARPS", {4, 8, 12, 16}, opts.fused_layer_tail_warps);
   if (tail_stage_unroll_ < 0 || tail_stage_unroll_ > 2)
     throw Error("CUDA model options: fused_layer_tail must be 0, 1 or 2, not " + std::to_string(tail_stage_unroll_));
-  tail_warps_ = opts.fused_layer_tail_warps;
-  if (const char* e = std::getenv("DSINFER_CUDA_FUSED_TAIL_WARPS")) {
-    const std::string v = e;
-    if (v != "4" && v != "8" && v != "12" && v != "16")
-      throw Error("DSINFER_CUDA_FUSED_TAIL_WARPS must be 4, 8, 12 or 16, not '" + v + "'");
-    tail_warps_ = std::stoi(v);
-  }
   if (tail_warps_ != 4 && tail_warps_ != 8 && tail_warps_ != 12 && tail_warps_ != 16)
     throw Error("CUDA model options: fused_layer_tail_warps must be 4, 8, 12 or 16, not " + std::to_string(tail_warps_));
   const bool want_tail = tail_stage_unroll_ > 0;
@@ -843,7 +836,7 @@ void CudaQwen3Model::enqueue(const DeviceKVStorage& kv, int T, int n_logits, con
   // Greedy callers get argmax keys folded into the LM head GEMM (only they cross to the host);
   // zeroed first thing, so the kernels after it chain by programmatic dependent launch.
   if (n_logits > 0 && with_argmax) DSINFER_CUDA_CHECK(cudaMemsetAsync(keys_, 0, sizeof(unsigned long long) * n_logits, s));
-  const bool tail = fused_tail_ && T == 1 && folds_qk(T) && diag_omit_ == 0 && !pf_side_;
+  const bool tail = runs_fused_tail(T);
   if (tail) DSINFER_CUDA_CHECK(cudaMemsetAsync(tail_barriers_, 0, sizeof(unsigned) * cfg_.num_hidden_layers, s));
   embed_rows(embed_, H, tok, T, x_, s);
   rope_table(inv_freq_, D / 2, pos, T, attention_factor_, cos_, sin_, s);
@@ -1100,8 +1093,10 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   const int lrows =
       graph ? (n_logits ? graph_bucket(static_cast<int>(n_logits), pow2_buckets_) : 0) : static_cast<int>(n_logits);
   ensure_workspace(rows, lrows);
-  if (persistent_ && rows == 1 && lrows <= 1 && !profile_) ++persistent_calls_;  // enqueue's condition
-  else if (fused_tail_ && rows == 1 && folds_qk(rows) && diag_omit_ == 0 && !pf_side_) ++fused_tail_calls_;
+  const bool persistent_run = persistent_ && rows == 1 && lrows <= 1 && !profile_;  // enqueue's condition
+  const bool tail_run = !persistent_run && runs_fused_tail(rows);
+  if (persistent_run) ++persistent_calls_;
+  else if (tail_run) ++fused_tail_calls_;
   int32_t* tok = meta_host_;
   int32_t* pos = meta_host_ + cap_rows_;
   int32_t* slot = meta_host_ + 2 * cap_rows_;
@@ -1193,7 +1188,7 @@ void CudaQwen3Model::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   // (only forwards that ran the folded attention kernel stamped the buffer)
   if (attn_timing_ && folds_qk(static_cast<int>(T)) && !(diag_omit_ & kOmitAttn) && !(persistent_ && lrows <= 1))
     collect_attn_timing();
-  if (tail_timing_ && rows == 1 && folds_qk(rows) && diag_omit_ == 0 && !pf_side_ && !persistent_) collect_tail_timing();
+  if (tail_timing_ && tail_run) collect_tail_timing();
   if (reqs && n_logits > 0) finish_verify(*reqs);
   if (ids) {
     ids->resize(n_logits);
