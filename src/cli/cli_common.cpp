@@ -1,10 +1,13 @@
 // dsinfer CLI: options shared by several subcommands (see commands.h).
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "kernels/cpu/matmul.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
 
@@ -54,6 +57,17 @@ void apply_matmul_precision(const std::string& value) {
   } else {
     throw Error("--matmul-precision: '" + value + "' is not auto, f32 or bf16");
   }
+}
+
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, const Model& model) {
+  const std::string path = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+  if (!std::filesystem::exists(path)) return nullptr;
+  auto tok = Tokenizer::load(model_dir);
+  const int64_t model_vocab = model.config().vocab_size;
+  if (tok->vocab_size() > model_vocab)
+    throw Error(path + ": the tokenizer has " + std::to_string(tok->vocab_size()) + " token ids but the model's vocabulary " +
+                "(config.json vocab_size) holds " + std::to_string(model_vocab) + "; the tokenizer belongs to another model");
+  return tok;
 }
 
 }  // namespace dsinfer::cli

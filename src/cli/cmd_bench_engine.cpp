@@ -47,6 +47,7 @@
 #include "spec/calibration_runner.h"
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
+#include "spec/v4_dspark_drafter.h"
 #include "spec/prefix_scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -208,19 +209,23 @@ int run_bench_engine(const BenchEngineArgs& a) {
   if (device_is_cuda(a.dev)) std::fprintf(stderr, "bench-engine: target on %s\n", device_summary(a.dev).c_str());
   // Text prompts need the tokenizer; a directory without one takes prompt_ids only.
   std::unique_ptr<Tokenizer> tok;
-  if (std::filesystem::exists(std::filesystem::path(a.model_path) / "tokenizer.json")) tok = Tokenizer::load(a.model_path);
+  tok = load_model_tokenizer(a.model_path, *model);
   std::function<std::vector<int32_t>(const std::string&)> encode;  // none: text prompts are refused by name
   if (tok) encode = [&](const std::string& t) { return tok->encode(t, false); };
   std::unique_ptr<Drafter> drafter;
   std::optional<Calibration> cal;
   const bool needs_drafter = std::any_of(policies.begin(), policies.end(), [](auto& p) { return p != "none"; });
   if (needs_drafter) {
-    if (a.draft_model_path.empty()) throw Error("--draft-model-path: needed by the policies other than none");
+    // A DeepSeek-V4 target carries its own DSpark drafter (mtp.*): used when none is given.
+    const std::string draft_dir = !a.draft_model_path.empty() ? a.draft_model_path
+                                  : is_deepseek_v4_dir(a.model_path) ? a.model_path
+                                                                     : std::string();
+    if (draft_dir.empty()) throw Error("--draft-model-path: needed by the policies other than none");
     DrafterOptions dopts;
     dopts.draft_vocab_size = a.draft_vocab;
     dopts.draft_vocab_file = a.draft_vocab_file;
-    drafter = load_drafter(a.draft_model_path, *model, dopts);
-    cal = load_calibration(a.draft_model_path);
+    drafter = load_drafter(draft_dir, *model, dopts);
+    cal = load_calibration(draft_dir);
   }
   // The same JSON-lines format as `dsinfer calibrate`: {"prompt": text} or {"prompt_ids": [...]}.
   std::vector<std::vector<int32_t>> prompts = read_calibration_prompts(a.prompts_path, model->config().vocab_size, encode);
@@ -320,6 +325,9 @@ int run_bench_engine(const BenchEngineArgs& a) {
         double tau = 0;
       };
       std::map<uint64_t, Track> tracks;
+      // A request that fails (finish_reason "error") makes the cell's figures meaningless:
+      // the run stops with its message instead of printing a throughput of what was left.
+      std::string failed;
       for (int i = 0; i < n; ++i) {
         EngineRequest req;
         req.prompt = prompts[static_cast<size_t>(i) % prompts.size()];
@@ -328,7 +336,9 @@ int run_bench_engine(const BenchEngineArgs& a) {
         req.sampling.top_k = a.top_k;
         req.sampling.top_p = a.top_p;
         req.sampling.seed = static_cast<uint64_t>(i);
-        req.on_event = [&tracks](const RequestEvent& ev) {
+        req.on_event = [&tracks, &failed](const RequestEvent& ev) {
+          if (ev.finished && ev.finish_reason == "error" && failed.empty())
+            failed = "request " + std::to_string(ev.id) + " failed: " + ev.error;
           Track& t = tracks[ev.id];
           const auto now = clock::now();
           if (t.tokens == 0 && !ev.new_ids.empty()) t.first = now;
@@ -341,6 +351,7 @@ int run_bench_engine(const BenchEngineArgs& a) {
       const auto t0 = clock::now();
       int64_t peak = 0;
       while (engine.step()) peak = std::max<int64_t>(peak, engine.stats().kv_blocks_used);
+      if (!failed.empty()) throw Error("bench-engine: policy " + policy + ", concurrency " + std::to_string(c) + ": " + failed);
       const double secs = std::chrono::duration<double>(clock::now() - t0).count();
       Cell cell;
       cell.policy = policy + (o.lookup_assist ? "+lookup" : "") + (o.async_prefetch ? "+prefetch" : "");
@@ -455,7 +466,7 @@ Runner register_bench_engine(CLI::App& app) {
   auto a = std::make_shared<BenchEngineArgs>();
   CLI::App* sub = app.add_subcommand("bench-engine", "Offline throughput of the batched engine over concurrency and verify policies");
   sub->add_option("--model-path", a->model_path, "Target model directory")->required();
-  sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark)");
+  sub->add_option("--draft-model-path", a->draft_model_path, "DSpark/DFlash drafter (needed by fixed/threshold/dspark; left out: a DeepSeek-V4 target's own mtp.* stages)");
   add_draft_vocab_options(sub, &a->draft_vocab, &a->draft_vocab_file);
   sub->add_option("--prompts", a->prompts_path, "JSON lines: {\"prompt\": text} or {\"prompt_ids\": [...]}")->required();
   sub->add_option("--concurrency", a->concurrency, "Comma list of concurrency levels (KV slots)");

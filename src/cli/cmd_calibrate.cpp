@@ -46,7 +46,7 @@ int run_calibrate(const CalibrateArgs& a) {
   apply_matmul_precision(a.matmul_precision);
   auto model = load_model(a.model_path);
   std::unique_ptr<Tokenizer> tok;
-  if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
+  tok = load_model_tokenizer(a.model_path, *model);
   // The drafter as generate/serve load it by default (a ranking's reduced draft vocabulary
   // included), so the calibration matches the drafts it will gate.
   DrafterOptions dopts;

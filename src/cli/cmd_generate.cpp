@@ -228,7 +228,7 @@ int run_generate(const GenerateArgs& a) {
   auto model = load_model_on_device(a.model_path, a.dev);
   const ModelConfig& cfg = model->config();
   std::unique_ptr<Tokenizer> tok;
-  if (file_exists(a.model_path + "/tokenizer.json")) tok = Tokenizer::load(a.model_path);
+  tok = load_model_tokenizer(a.model_path, *model);
 
   std::vector<int32_t> prompt;
   if (a.prompt_set) {

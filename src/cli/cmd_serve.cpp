@@ -40,6 +40,7 @@
 #include "spec/drafter.h"
 #include "spec/drafter_loader.h"
 #include "spec/prefix_scheduler.h"
+#include "spec/v4_dspark_drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::cli {
@@ -153,6 +154,8 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
   if (method == "none" && !draft_path.empty() && !a.draft_model_path.empty())
     throw Error("--draft-model-path: not used with --spec none");
   if (method == "none") draft_path.clear();
+  // A DeepSeek-V4 target carries its own DSpark drafter (mtp.*): --spec dspark alone uses it.
+  if (method == "dspark" && draft_path.empty() && is_deepseek_v4_dir(model_path)) draft_path = model_path;
   if ((method == "dspark" || method == "dflash") && draft_path.empty())
     throw Error("--spec " + method + ": needs --draft-model-path");
   std::fprintf(stderr, "serve: loading %s%s%s\n", model_path.c_str(), draft_path.empty() ? "" : " + drafter ",
@@ -161,7 +164,7 @@ void load(const ServeArgs& a, Loaded& L, server::ServerMetrics& metrics, server:
   if (device_is_cuda(a.dev)) std::fprintf(stderr, "serve: target on %s\n", device_summary(a.dev).c_str());
   if (!file_exists(model_path + "/tokenizer.json"))
     throw Error(model_path + "/tokenizer.json: not found (the server needs the tokenizer)");
-  L.tok = Tokenizer::load(model_path);
+  L.tok = load_model_tokenizer(model_path, *L.model);
   const ModelConfig& cfg = L.model->config();
   for (int32_t id : cfg.eos_token_ids) L.stop_ids.push_back(id);
   if (!L.tok->eos_token().empty())
@@ -398,7 +401,7 @@ Runner register_serve(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the batched engine");
   sub->add_option("--model-path", a->model_path, "Target model directory (default: the embedded model set)");
   sub->add_option("--draft-model-path", a->draft_model_path,
-                  "DFlash/DSpark drafter directory (default with the embedded set: its DSpark drafter)");
+                  "DFlash/DSpark drafter directory (default with the embedded set: its DSpark drafter; with a DeepSeek-V4 target and --spec dspark: its own mtp.* stages)");
   sub->add_option("--served-model-name", a->served_model_name, "Model id clients use (default: the directory name)");
   sub->add_option("--host", a->host, "Address to bind (default loopback)");
   sub->add_option("--port", a->port, "TCP port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));

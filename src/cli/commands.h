@@ -3,11 +3,16 @@
 // one library function; it never holds engine logic of its own.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace CLI {
 class App;
 }
+namespace dsinfer {
+class Model;
+class Tokenizer;
+}  // namespace dsinfer
 
 namespace dsinfer::cli {
 
@@ -46,5 +51,10 @@ void apply_matmul_precision(const std::string& value);
 // --draft-vocab N and --draft-vocab-file PATH (spec/draft_vocab.h, DrafterOptions): the
 // reduced draft vocabulary. *size stays -1 unless given (the ranking's default_size).
 void add_draft_vocab_options(CLI::App* sub, int* size, std::string* file);
+
+// The tokenizer at model_dir/tokenizer.json (nullptr when there is none), refused in one line
+// when it can produce ids the model's vocabulary does not hold (a tokenizer copied from
+// another model), so a mismatch is named at load and not as a request's out-of-range id.
+std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& model_dir, const Model& model);
 
 }  // namespace dsinfer::cli

@@ -135,7 +135,7 @@ BlockTable& BlockTable::operator=(BlockTable&& o) noexcept {
 // ---- construction ---------------------------------------------------------------------
 
 BlockPool::BlockPool(const BlockPoolConfig& cfg)
-    : block_size_(cfg.block_size), num_blocks_(cfg.num_blocks), hash_seed_(cfg.hash_seed) {
+    : block_size_(cfg.block_size), num_blocks_(cfg.num_blocks), hash_seed_(cfg.hash_seed), prefix_cache_(cfg.prefix_cache) {
   check(cfg.block_size >= 1 && cfg.block_size <= 4096,
         "KV pool: block size must be in [1, 4096] (got " + std::to_string(cfg.block_size) + ")");
   check(cfg.shard_count >= 1 && cfg.shard_count <= 1024,
@@ -320,7 +320,7 @@ int32_t BlockPool::lookup(uint64_t hash, std::span<const int32_t> tokens, uint64
 }
 
 int BlockPool::peek_cached_tokens(std::span<const int32_t> prompt) const {
-  if (prompt.empty()) return 0;
+  if (prompt.empty() || !prefix_cache_) return 0;
   const int64_t matchable = static_cast<int64_t>(prompt.size() - 1) / block_size_;
   uint64_t parent_hash = hash_seed_, parent_serial = 0;
   int hint = route(prompt);
@@ -348,7 +348,7 @@ AdmitResult BlockPool::admit(BlockTable& t, std::span<const int32_t> prompt) {
   t.home_ = route(prompt);
 
   // Longest run of cached full blocks within the first size - 1 tokens.
-  const int64_t matchable = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size_;
+  const int64_t matchable = prompt.empty() || !prefix_cache_ ? 0 : static_cast<int64_t>(prompt.size() - 1) / block_size_;
   uint64_t parent_hash = hash_seed_, parent_serial = 0;
   int hint = t.home_;
   for (int64_t i = 0; i < matchable; ++i) {
@@ -432,6 +432,7 @@ void BlockPool::commit(BlockTable& t, int n) {
     throw Error("KV pool commit: " + std::to_string(n) + " not in [0, " + std::to_string(t.length()) + "]");
   if (n <= t.committed_) return;
   t.committed_ = n;
+  if (!prefix_cache_) return;
   const size_t full = static_cast<size_t>(n / block_size_);
   for (size_t i = t.hashes_.size(); i < full; ++i) {
     std::span<const int32_t> toks(t.tokens_.data() + i * block_size_, block_size_);

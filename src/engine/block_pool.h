@@ -68,6 +68,10 @@ struct BlockPoolConfig {
   int shard_count = 8;     // --dspark-shard-count
   uint64_t hash_seed = 0;  // root of every hash chain (e.g. differs per model / adapter)
   int hash_bits = 64;      // < 64 only in tests: narrows hashes to force collisions
+  // false: no prefix cache (admit never matches, commit never makes entries), for models
+  // whose decoding state is per sequence and cannot be shared by block (DeepSeek-V4:
+  // Model::paged_state_shape). Blocks then only account for memory.
+  bool prefix_cache = true;
 };
 
 // One K/V copy the storage owner must do before the forward writes the table's new
@@ -264,6 +268,7 @@ class BlockPool {
   int block_size_;
   int64_t num_blocks_;
   uint64_t hash_seed_;
+  bool prefix_cache_;
   uint64_t hash_mask_;
   std::vector<std::unique_ptr<Shard>> shards_;
   int64_t shard_q_, shard_r_;  // shard sizes: the first r shards hold q + 1 blocks

@@ -201,6 +201,15 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   max_seq_tokens_ = opts_.max_model_len + max_drafts_ + 1;
   int64_t blocks = opts_.kv_num_blocks;
   const DType kv_dtype = model.kv_dtype();  // BF16 in bf16 matmul precision: half the bytes per block
+  // The model's state shape: K/V rows by default; a per-sequence state (DeepSeek-V4) keeps
+  // no prefix cache, so nothing can be warmed up or compacted.
+  const Model::PagedStateShape shape = model.paged_state_shape();
+  if (!shape.prefix_sharing && !opts_.cache_warmup_prompts.empty())
+    throw Error("--cache-warmup-file: this model's decoding state is kept per sequence (" + mc.model_type +
+                "), so the engine keeps no prefix cache to warm up");
+  if (!shape.prefix_sharing && opts_.enable_cache_defrag)
+    throw Error("--enable-cache-defrag: this model's decoding state is kept per sequence (" + mc.model_type +
+                "), so the engine keeps no prefix cache to compact");
   // The drafter's captured rows stay in the model's paged pool when the drafter reads them
   // there (the GPU drafter beside a GPU target): the pool is asked for feature rows.
   const int want_features = feat_ && opts_.drafter->reads_cache_features() ? feat_ : 0;
@@ -217,6 +226,21 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
       const double host = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio;
       blocks = std::min<int64_t>(blocks, static_cast<int64_t>(host / feature_bytes_per_block));
     }
+  } else if (blocks <= 0 && opts_.kv_budget_bytes > 0 && shape.bytes_per_token > 0) {
+    // A model with its own state shape (DeepSeek-V4): every running sequence's bounded
+    // state comes off the budget first, the rest is blocks at the state's per-token rate
+    // (and the feature store's, with a drafter).
+    if (!(opts_.cache_prealloc_ratio > 0.0 && opts_.cache_prealloc_ratio <= 1.0))
+      throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(opts_.cache_prealloc_ratio));
+    const double budget = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio -
+                          static_cast<double>(opts_.max_running) * static_cast<double>(shape.bytes_per_sequence);
+    const double per_block = static_cast<double>(bs) * (static_cast<double>(shape.bytes_per_token) + feature_row_bytes());
+    if (budget < per_block)
+      throw Error("KV pool: " + std::to_string(opts_.max_running) + " sequences' bounded decoding state (" +
+                  std::to_string(shape.bytes_per_sequence) + " bytes each) leaves no room in the memory budget (" +
+                  std::to_string(opts_.kv_budget_bytes) + " bytes x ratio " + std::to_string(opts_.cache_prealloc_ratio) +
+                  "); lower the concurrency or raise the budget");
+    blocks = static_cast<int64_t>(budget / per_block);
   } else if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;
@@ -241,6 +265,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
   pc.num_blocks = blocks;
   pc.block_size = bs;
   pc.shard_count = opts_.shard_count;
+  pc.prefix_cache = shape.prefix_sharing;
   pool_ = std::make_unique<BlockPool>(pc);
   kv_ = model.make_paged_kv_cache(bs, blocks, opts_.max_running, max_seq_tokens_, want_features);
   paged_ = kv_.get();
@@ -1630,11 +1655,27 @@ void LLMEngine::start() {
   stop_ = false;
   loop_ = std::thread([this] {
     while (!stop_) {
-      if (step()) continue;
+      try {
+        if (step()) continue;
+      } catch (const std::exception& e) {
+        fail_in_flight(e.what());
+        continue;
+      }
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !cancels_.empty(); });
     }
   });
+}
+
+void LLMEngine::fail_in_flight(const std::string& why) {
+  std::lock_guard<std::mutex> step_lock(step_mu_);
+  std::fprintf(stderr, "engine: a step failed (%s); the requests in flight end with an error\n", why.c_str());
+  take_inbox();
+  for (auto* list : {&waiting_, &running_}) {
+    for (auto& s : *list)
+      if (!s->finished) finish(*s, "error", "engine step failed: " + why);
+    list->clear();
+  }
 }
 
 void LLMEngine::stop() {

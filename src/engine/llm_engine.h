@@ -325,6 +325,10 @@ class LLMEngine {
   void warm_up();
   void defrag_if_idle();
   void finish(Sequence& s, const std::string& reason, const std::string& error = {});
+  // The background loop's answer to a step that threw outside the forward (whose errors
+  // end only the batch's requests): every request in flight ends with "error" and the
+  // message, and the engine takes new requests; the process and the server stay up.
+  void fail_in_flight(const std::string& why);
   // Pushes ids through the request's OutputStream and out through its callback (finishing
   // it when the stream ends). A verify round is first added to the request's statistics,
   // with the tokens the stream took as committed.

@@ -19,6 +19,7 @@
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_mhc.h"
 #include "model/deepseek_v4_moe.h"
+#include "model/deepseek_v4_paged_state.h"
 #include "model/deepseek_v4_state.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/rope_params.h"
@@ -62,6 +63,16 @@ class DeepseekV4Model final : public Model, public DeepseekV4Info {
                   " tokens need " + gib(static_cast<uint64_t>(need)) + " but only " + gib(avail) +
                   " of memory is available; lower the context length or the number of sequences");
     return std::make_unique<V4State>(cfg_, max_slots, max_tokens);
+  }
+  // The batched engine's storage: one V4State slot per engine slot (deepseek_v4_paged_state.h);
+  // the blocks account for the state's memory at its per-token rate, with no prefix sharing.
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
+    (void)feature_floats;  // the engine keeps the drafter's rows in its host store
+    return std::make_unique<V4PagedState>(cfg_, block_size, num_blocks, max_slots, max_tokens);
+  }
+  PagedStateShape paged_state_shape() const override {
+    return {std::max<uint64_t>(V4State::bytes_per_token(cfg_), 1), V4State::bytes_bounded(cfg_), false};
   }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override;
   void embed(const int32_t* ids, int n, float* out) const override;
@@ -153,11 +164,18 @@ void DeepseekV4Model::lm_head(const float* hidden, int n, float* logits, bool ap
 }
 
 void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out) {
-  auto* st = dynamic_cast<V4State*>(&kv_base);
-  if (!st || st->n_layers() != cfg_.layers) throw Error("forward: KV cache was not created by this model's make_kv_cache");
+  // The state: a V4State (make_kv_cache), or the engine's paged storage around one, whose
+  // table lengths and capacities rule (make_paged_kv_cache).
+  auto* paged = dynamic_cast<V4PagedState*>(&kv_base);
+  auto* st = paged ? &paged->state() : dynamic_cast<V4State*>(&kv_base);
+  if (!st || st->n_layers() != cfg_.layers)
+    throw Error("forward: KV cache was not created by this model's make_kv_cache or make_paged_kv_cache");
   const int64_t D = cfg_.hidden, V = cfg_.vocab;
   const int nhc = cfg_.hc_mult;
-  const ForwardBatchSize bs = check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
+  const ForwardBatchSize bs =
+      paged ? check_forward_batch(batch, *paged, V, cfg_.layers, [&](int s) { return int64_t(paged->capacity(s)); })
+            : check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
+  if (paged) paged->sync(batch);
   const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);
@@ -216,7 +234,10 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
     v4_hc_post(hp, post.data(), comb.data(), y.data(), T, X.data());
     capture(l);
   }
-  for (const V4Segment& s : segs) st->set_length(s.slot, s.start + s.n);
+  for (const V4Segment& s : segs) {
+    st->set_length(s.slot, s.start + s.n);
+    if (paged) paged->set_length(s.slot, s.start + s.n);
+  }
   if (n_logits == 0) return;
   std::vector<float> rows(static_cast<size_t>(n_logits * nhc * D)), hh(static_cast<size_t>(n_logits * D));
   {

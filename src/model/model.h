@@ -77,6 +77,19 @@ class Model {
   // then keeps its own host store): read the answer from BlockKVCache::feature_floats().
   virtual std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots,
                                                             int max_tokens, int feature_floats) const;
+  // How this model's decoding state grows with a sequence, for the batched engine's pool
+  // sizing and prefix cache. The default (bytes_per_token 0): K/V rows of the config's
+  // geometry in kv_dtype(), shareable by block (prefix cache, copy-on-write). A model whose
+  // state is not a list of per-position K/V rows (DeepSeek-V4: sliding-window rows,
+  // compressor buffers and compressed entries per sequence) gives its own figures and
+  // prefix_sharing = false: its paged storage keeps the state per slot and the blocks only
+  // account for its memory.
+  struct PagedStateShape {
+    uint64_t bytes_per_token = 0;     // state per token of context (0: the K/V layout)
+    uint64_t bytes_per_sequence = 0;  // held by every live sequence, whatever its length
+    bool prefix_sharing = true;       // sequences may share cached prefix blocks
+  };
+  virtual PagedStateShape paged_state_shape() const { return {}; }
   // For a model whose paged KV pool lives in its own device memory: how many blocks of
   // block_size positions `prealloc_ratio` of the device's free memory holds now
   // (--cache-prealloc-ratio), each with feature_floats feature rows per position as

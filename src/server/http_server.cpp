@@ -160,9 +160,14 @@ HttpServer::HttpServer(HttpOptions opts, ServerMetrics& metrics)
   install_routes();
 }
 
+void HttpServer::stop_listening() {
+  while (!svr_->is_running() && !listen_done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  svr_->stop();
+}
+
 HttpServer::~HttpServer() {
   if (listen_thread_.joinable()) {
-    svr_->stop();
+    stop_listening();
     listen_thread_.join();
   }
   if (drain_thread_.joinable()) drain_thread_.join();
@@ -539,7 +544,10 @@ void HttpServer::start() {
   if (opts_.port != 0) port_ = opts_.port;
   if (!raise_listen_backlog(port_))
     std::fprintf(stderr, "serve: warning: accept backlog left at cpp-httplib's 5 (listening socket not found)\n");
-  listen_thread_ = std::thread([this] { svr_->listen_after_bind(); });
+  listen_thread_ = std::thread([this] {
+    svr_->listen_after_bind();
+    listen_done_ = true;
+  });
 }
 
 void HttpServer::begin_drain() {
@@ -561,7 +569,7 @@ void HttpServer::begin_drain() {
       idle_cv_.wait_for(lock, std::chrono::seconds(10), drained);
     }
     lock.unlock();
-    svr_->stop();  // closes the listening socket; idle keep-alive workers end within 2 s
+    stop_listening();  // closes the listening socket; idle keep-alive workers end within 2 s
   });
 }
 

@@ -104,6 +104,12 @@ class HttpServer {
   std::thread listen_thread_, drain_thread_;
   int port_ = 0;
   std::atomic<bool> ready_{false}, draining_{false};
+  // Set by the listen thread when listen_after_bind returns (see stop_listening).
+  std::atomic<bool> listen_done_{false};
+  // Closes the listening socket. cpp-httplib's stop() does nothing until the listen thread
+  // has marked the server running, so a stop that came first (serve failing to load right
+  // after start()) left accept() blocked and the join hung: wait for either first.
+  void stop_listening();
   Backend backend_;
   mutable std::mutex mu_;           // settings_, active_
   DflashSettings settings_;

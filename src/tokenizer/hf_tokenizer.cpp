@@ -272,9 +272,17 @@ std::string HfTokenizer::id_to_token(int32_t id) const {
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
+  // An id with no token (a model's vocabulary padded past the tokenizer's, or a gap between
+  // the model's ids and the added tokens') decodes to nothing, as Hugging Face's decode
+  // skips it: a generated id must never make a stream or a server fail.
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;
-    tokens.push_back(id_to_token(id));
+    if (auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+      tokens.push_back(added_[it->second].content);
+      continue;
+    }
+    const std::string_view t = model_->id_to_token(id);
+    if (!t.empty()) tokens.emplace_back(t);
   }
   if (decoder_) decoder_->decode_chain(tokens);
   else if (tokens.size() > 1) {

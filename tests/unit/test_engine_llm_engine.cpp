@@ -10,11 +10,14 @@
 // on a closed load, reproducible seeded sampling).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -248,6 +251,51 @@ TEST(LLMEngine, CancelFreesTheSlotAndOthersFinish) {
   EXPECT_EQ(reason[c], "length");
   EXPECT_EQ(count[c], f.cases[2].max_tokens);
   EXPECT_EQ(engine.stats().requests_cancelled, 2u);
+}
+
+TEST(LLMEngine, AStepThatThrowsEndsTheRequestsInFlightAndTheBackgroundLoopGoesOn) {
+  // A fault outside the forward (here a callback that throws while its tokens are emitted)
+  // must not take the process down: on the background loop, the requests in flight end
+  // with "error" and the message, and a request submitted afterwards is served exactly.
+  if (!have_models()) GTEST_SKIP() << "shipped models absent";
+  Fixture& f = fixture();
+  EngineOptions o;
+  o.max_running = 4;
+  LLMEngine engine(*f.model, o);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::string> reason, error;
+  std::map<uint64_t, std::vector<int32_t>> got;
+  auto submit = [&](size_t i, bool throws) {
+    EngineRequest req;
+    req.prompt = f.cases[i].prompt;
+    req.stop.max_tokens = f.cases[i].max_tokens;
+    req.on_event = [&, throws](const RequestEvent& ev) {
+      if (throws && !ev.finished) throw Error("callback refused its tokens");
+      std::lock_guard<std::mutex> lock(mu);
+      got[ev.id].insert(got[ev.id].end(), ev.new_ids.begin(), ev.new_ids.end());
+      if (ev.finished) reason[ev.id] = ev.finish_reason, error[ev.id] = ev.error;
+      cv.notify_all();
+    };
+    return engine.submit(std::move(req));
+  };
+  const uint64_t bad = submit(0, true);
+  engine.start();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::minutes(2), [&] { return reason.count(bad) > 0; }));
+  }
+  EXPECT_EQ(reason[bad], "error");
+  EXPECT_NE(error[bad].find("callback refused its tokens"), std::string::npos) << error[bad];
+  const uint64_t good = submit(1, false);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::minutes(2), [&] { return reason.count(good) > 0; }));
+  }
+  engine.stop();
+  EXPECT_EQ(reason[good], "length");
+  EXPECT_EQ(got[good], f.cases[1].plain);
+  EXPECT_EQ(engine.stats().running, 0);
 }
 
 TEST(LLMEngine, HigherPriorityIsAdmittedFirst) {

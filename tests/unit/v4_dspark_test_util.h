@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
@@ -21,6 +22,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,13 +45,17 @@ struct TinyDSparkSpec {
   // Tensor surgery for loader tests: drop this stored name, or give it shape `reshape`.
   std::string drop, reshape_name;
   std::vector<int64_t> reshape;
+  // > the base's vocab_size: the vocabulary grows to this many ids (random embedding rows,
+  // zero LM head rows, hash-routing rows of expert ids), so that a small real tokenizer fits
+  // the model (serve tests). The base's ids keep their rows.
+  int64_t pad_vocab = 0;
 };
 
 inline void write_tiny_v4_dspark(const TinyDSparkSpec& sp, const std::string& out_dir) {
   namespace fs = std::filesystem;
   const fs::path src = fs::path(DSINFER_TEST_DATA) / "deepseek_v4" / sp.base;
   nlohmann::json cfg = nlohmann::json::parse(read_text_file((src / "config.json").string()));
-  const int64_t D = cfg["hidden_size"], V = cfg["vocab_size"], H = cfg["num_attention_heads"], d = cfg["head_dim"];
+  const int64_t D = cfg["hidden_size"], V0 = cfg["vocab_size"], H = cfg["num_attention_heads"], d = cfg["head_dim"];
   const int64_t qr = cfg["q_lora_rank"], G = cfg["o_groups"], orank = cfg["o_lora_rank"];
   const int64_t E = cfg["n_routed_experts"], I = cfg["moe_intermediate_size"];
   const int64_t nhc = cfg.value("hc_mult", 4), M = (2 + nhc) * nhc, L = cfg["num_hidden_layers"];
@@ -65,10 +71,41 @@ inline void write_tiny_v4_dspark(const TinyDSparkSpec& sp, const std::string& ou
   auto set = SafetensorsSet::open_dir(src.string());
   std::vector<SafetensorsWriteItem> items;
   std::deque<std::vector<float>> keep;
-  for (const auto& [name, loc] : set->tensors())
-    items.push_back({name, loc.tensor->dtype, loc.tensor->shape, loc.file->tensor_data(*loc.tensor), {}});
-
+  std::deque<std::vector<int64_t>> keep_ids;
   std::mt19937 rng(sp.seed);
+  const int64_t Vp = sp.pad_vocab > V0 ? sp.pad_vocab : V0;
+  for (const auto& [name, loc] : set->tensors()) {
+    const void* data = loc.file->tensor_data(*loc.tensor);
+    std::vector<int64_t> shape = loc.tensor->shape;
+    if (Vp > V0 && shape.size() == 2 && shape[0] == V0 &&
+        (name.find("embed") != std::string::npos || name.find("head.weight") != std::string::npos ||
+         name.find("tid2eid") != std::string::npos)) {
+      const int64_t cols = shape[1];
+      shape[0] = Vp;
+      if (loc.tensor->dtype == DType::F32) {
+        keep.emplace_back(static_cast<size_t>(Vp * cols));
+        std::memcpy(keep.back().data(), data, static_cast<size_t>(V0 * cols) * sizeof(float));
+        // Embedding rows random; LM head rows zero, so a padded id's logit is 0 and the
+        // greedy argmax stays among the base ids (their largest logit is positive).
+        const bool head = name.find("head.weight") != std::string::npos;
+        std::normal_distribution<double> nd(0.0, 1.0);
+        for (int64_t i = V0 * cols; i < Vp * cols; ++i)
+          keep.back()[static_cast<size_t>(i)] = head ? 0.0f : static_cast<float>(nd(rng));
+        data = keep.back().data();
+      } else if (loc.tensor->dtype == DType::I64) {
+        keep_ids.emplace_back(static_cast<size_t>(Vp * cols));
+        std::memcpy(keep_ids.back().data(), data, static_cast<size_t>(V0 * cols) * sizeof(int64_t));
+        for (int64_t i = V0 * cols; i < Vp * cols; ++i) keep_ids.back()[static_cast<size_t>(i)] = (i / cols + i % cols) % E;
+        data = keep_ids.back().data();
+      } else {
+        throw std::runtime_error("pad_vocab: " + name + " is neither F32 nor I64");
+      }
+    }
+    items.push_back({name, loc.tensor->dtype, shape, data, {}});
+  }
+  if (Vp > V0) cfg["vocab_size"] = Vp;
+  const int64_t V = Vp;  // the drafter's heads cover the padded vocabulary
+
   auto add = [&](const std::string& name, std::vector<int64_t> shape, const std::function<float(int64_t)>& gen) {
     if (name == sp.drop) return;
     if (name == sp.reshape_name) shape = sp.reshape;
