@@ -19,10 +19,10 @@
 #include "model/deepseek_v4_attention.h"
 #include "model/deepseek_v4_mhc.h"
 #include "model/deepseek_v4_moe.h"
-#include "model/deepseek_v4_paged_state.h"
 #include "model/deepseek_v4_state.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/rope_params.h"
+#include "model/slot_state_paged_cache.h"
 
 namespace dsinfer {
 
@@ -64,12 +64,13 @@ class DeepseekV4Model final : public Model, public DeepseekV4Info {
                   " of memory is available; lower the context length or the number of sequences");
     return std::make_unique<V4State>(cfg_, max_slots, max_tokens);
   }
-  // The batched engine's storage: one V4State slot per engine slot (deepseek_v4_paged_state.h);
-  // the blocks account for the state's memory at its per-token rate, with no prefix sharing.
+  // The batched engine's storage: this model's V4State behind the paged interface
+  // (slot_state_paged_cache.h); the blocks account for the state's memory at its per-token
+  // rate, with no prefix sharing.
   std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
                                                     int feature_floats) const override {
     (void)feature_floats;  // the engine keeps the drafter's rows in its host store
-    return std::make_unique<V4PagedState>(cfg_, block_size, num_blocks, max_slots, max_tokens);
+    return std::make_unique<SlotStatePagedCache>(make_kv_cache(max_slots, max_tokens), block_size, num_blocks);
   }
   PagedStateShape paged_state_shape() const override {
     return {std::max<uint64_t>(V4State::bytes_per_token(cfg_), 1), V4State::bytes_bounded(cfg_), false};
@@ -166,8 +167,8 @@ void DeepseekV4Model::lm_head(const float* hidden, int n, float* logits, bool ap
 void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out) {
   // The state: a V4State (make_kv_cache), or the engine's paged storage around one, whose
   // table lengths and capacities rule (make_paged_kv_cache).
-  auto* paged = dynamic_cast<V4PagedState*>(&kv_base);
-  auto* st = paged ? &paged->state() : dynamic_cast<V4State*>(&kv_base);
+  auto* paged = dynamic_cast<SlotStatePagedCache*>(&kv_base);
+  auto* st = dynamic_cast<V4State*>(paged ? &paged->state() : &kv_base);
   if (!st || st->n_layers() != cfg_.layers)
     throw Error("forward: KV cache was not created by this model's make_kv_cache or make_paged_kv_cache");
   const int64_t D = cfg_.hidden, V = cfg_.vocab;

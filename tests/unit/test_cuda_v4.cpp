@@ -4,7 +4,9 @@
 // chunked prefill, the greedy continuation; agreement with the CPU model on a checkpoint
 // with FP8 and FP4 weights (the quantized GEMV and the routed-expert kernel); rollback after
 // rejected drafts equal to a fresh prefill bit for bit; batch invariance (two sequences in
-// one forward, graphs or not); errors for bad input. Skipped without DSINFER_CUDA or a GPU.
+// one forward, graphs or not); the batched engine over the GPU target (plain, preempting, with
+// the DSpark drafter) equal to single-request greedy; errors for bad input. Skipped without
+// DSINFER_CUDA or a GPU.
 #include <gtest/gtest.h>
 
 #ifdef DSINFER_HAS_CUDA
@@ -23,6 +25,7 @@
 #include "core/error.h"
 #include "deepseek_v4_golden_util.h"
 #include "engine/generator.h"
+#include "engine/llm_engine.h"
 #include "engine/speculative.h"
 #include "spec/drafter_loader.h"
 #include "v4_dspark_test_util.h"
@@ -290,6 +293,68 @@ TEST(CudaV4, DSparkDrafterOnTheGpuTargetEqualsPlainGreedy) {
   EXPECT_GT(drafted, 0);
   std::printf("[ cuda v4 dspark ] %lld drafts, %lld accepted\n", static_cast<long long>(drafted),
               static_cast<long long>(accepted));
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The batched engine over the GPU target (its V4CudaState behind the paged interface,
+// model/slot_state_paged_cache.h): concurrent requests, a pool small enough to preempt, and
+// the checkpoint's DSpark drafter give each request the GPU target's own plain greedy ids.
+TEST(CudaV4, BatchedEngineEqualsSingleRequestGreedy) {
+  SKIP_WITHOUT_GPU();
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("dsinfer_cuda_v4eng_" + std::to_string(::getpid()));
+  test::TinyDSparkSpec sp;
+  test::write_tiny_v4_dspark(sp, dir.string());
+  auto target = load_deepseek_v4_cuda(dir.string());
+  auto d = load_drafter(dir.string(), *target);
+  const int V = target->config().vocab_size;
+  std::mt19937 rng(13);
+  std::vector<std::vector<int32_t>> prompts, plain;
+  std::vector<int> max_new;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<int32_t> p(1 + rng() % 50);
+    for (auto& t : p) t = static_cast<int32_t>(3 + rng() % static_cast<unsigned>(V - 3));
+    StopConditions stop;
+    stop.max_tokens = 4 + static_cast<int>(rng() % 30);
+    plain.push_back(generate(*target, nullptr, p, SamplingParams{}, stop).ids);
+    prompts.push_back(p);
+    max_new.push_back(stop.max_tokens);
+  }
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "plain" : variant == 1 ? "plain, preempting" : "dspark, preempting");
+    EngineOptions o;
+    o.max_running = 6;
+    o.max_batch_tokens = 64;
+    o.max_model_len = 128;
+    if (variant >= 1) {
+      o.kv_block_size = 4;
+      o.kv_num_blocks = 40;
+      o.shard_count = 1;
+    }
+    if (variant == 2) o.drafter = d.get();
+    LLMEngine engine(*target, o);
+    std::map<uint64_t, std::vector<int32_t>> got;
+    std::map<uint64_t, std::string> reason, error;
+    std::map<uint64_t, size_t> case_of;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EngineRequest req;
+      req.prompt = prompts[i];
+      req.stop.max_tokens = max_new[i];
+      req.on_event = [&](const RequestEvent& ev) {
+        got[ev.id].insert(got[ev.id].end(), ev.new_ids.begin(), ev.new_ids.end());
+        if (ev.finished) reason[ev.id] = ev.finish_reason, error[ev.id] = ev.error;
+      };
+      case_of[engine.submit(std::move(req))] = i;
+    }
+    engine.run_until_idle();
+    for (const auto& [id, i] : case_of) {
+      EXPECT_EQ(reason[id], "length") << "request " << i << ": " << error[id];
+      EXPECT_EQ(got[id], plain[i]) << "request " << i;
+    }
+    if (variant >= 1) EXPECT_GT(engine.stats().preemptions, 0u);
+    if (variant == 2) EXPECT_GT(engine.stats().verified_draft_tokens, 0u);
+  }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }

@@ -1,5 +1,5 @@
 // Engine floor: DeepSeek-V4 targets in the batched engine (LLMEngine, so bench-engine and
-// serve too), whose decoding state is kept per sequence (model/deepseek_v4_paged_state.h).
+// serve too), whose decoding state is kept per sequence (model/slot_state_paged_cache.h).
 //
 // The targets are committed tiny V4 checkpoints (tests/data/deepseek_v4/: sliding, CSA and
 // HCA layers, hash and learned MoE, mHC; the Flash layer schedule with compress rate 128),
@@ -290,7 +290,7 @@ TEST(V4Engine, StorageRefusesTablesItsStateDoesNotHoldAndBlockCopies) {
   ForwardBatch b1;
   b1.entries.push_back({1, {5}, {0}});
   const std::string e = error_of([&] { s.model->forward(*kv, b1, out); });
-  EXPECT_NE(e.find("slot 1 is bound at 5 tokens but its state holds 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("paged decoding state: slot 1 is bound at 5 tokens but its state holds 0"), std::string::npos) << e;
   // A rollback (the engine truncating the table) is applied to the state: the next token's
   // logits equal those after a prefill of the kept tokens alone.
   kv->truncate(0, 3);

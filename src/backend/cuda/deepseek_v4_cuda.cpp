@@ -41,6 +41,7 @@
 #include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_weights.h"
 #include "model/rope_params.h"
+#include "model/slot_state_paged_cache.h"
 
 namespace dsinfer {
 
@@ -158,6 +159,15 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
 
   const ModelConfig& config() const override { return gcfg_; }
   std::unique_ptr<KVCache> make_kv_cache(int max_slots, int max_tokens) const override;
+  // The batched engine's storage: this model's V4CudaState behind the paged interface
+  // (model/slot_state_paged_cache.h); the state holds every slot's full capacity from the
+  // start, the blocks only account for it, with no prefix sharing.
+  std::unique_ptr<BlockKVCache> make_paged_kv_cache(int block_size, int64_t num_blocks, int max_slots, int max_tokens,
+                                                    int feature_floats) const override {
+    (void)feature_floats;  // the engine keeps the drafter's rows in its host store
+    return std::make_unique<SlotStatePagedCache>(make_kv_cache(max_slots, max_tokens), block_size, num_blocks);
+  }
+  PagedStateShape paged_state_shape() const override { return {std::max<uint64_t>(state_bytes_per_token_, 1), 0, false}; }
   bool on_device() const override { return true; }
   void forward(KVCache& kv, const ForwardBatch& batch, ForwardOutput& out) override {
     run(kv, batch, out, nullptr);
@@ -215,6 +225,7 @@ class DeepseekV4Cuda final : public Model, public DeepseekV4Info {
   std::deque<std::vector<uint8_t>> owned_;
   V4Weights hw_;  // host views (mmap): embed() and lm_head() for drafters, and the upload source
   uint64_t decode_bytes_ = 0;
+  uint64_t state_bytes_per_token_ = 0;  // device state per token of context (every row kept)
 
   DeviceArena weights_;
   const void* embed_ = nullptr;
@@ -279,6 +290,7 @@ DeepseekV4Cuda::DeepseekV4Cuda(const ModelConfig& g, const CudaModelOptions& opt
                cfg_.layers, cfg_.layers - n_csa - n_hca, n_csa, n_hca, gib(hw_.matrix_bytes).c_str(),
                gib(hw_.expert_bytes).c_str(), gib(decode_bytes_).c_str(), static_cast<unsigned long long>(per_tok),
                gib(free_b).c_str(), gib(total_b).c_str());
+  state_bytes_per_token_ = per_tok;
   if (hw_.matrix_bytes + (256ull << 20) > free_b)
     throw Error(g.model_dir + ": DeepSeek-V4 weights need " + gib(hw_.matrix_bytes) + " of device memory but only " +
                 gib(free_b) + " is free on the GPU; refusing to load (use a GPU with more memory or a smaller checkpoint)");
@@ -685,11 +697,18 @@ void DeepseekV4Cuda::ensure_scratch(int T, int n_logits, int n_cap) {
 }
 
 void DeepseekV4Cuda::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOutput& out, std::vector<int32_t>* ids) {
-  auto* st = dynamic_cast<V4CudaState*>(&kv_base);
-  if (!st || st->owner() != this) throw Error("forward: KV cache was not created by this model's make_kv_cache");
+  // The state: a V4CudaState (make_kv_cache), or the engine's paged storage around one,
+  // whose table lengths and capacities rule (make_paged_kv_cache).
+  auto* paged = dynamic_cast<SlotStatePagedCache*>(&kv_base);
+  auto* st = dynamic_cast<V4CudaState*>(paged ? &paged->state() : &kv_base);
+  if (!st || st->owner() != this)
+    throw Error("forward: KV cache was not created by this model's make_kv_cache or make_paged_kv_cache");
   if (batch.capture_to_cache) throw Error("forward: capture_to_cache is not supported by the DeepSeek-V4 CUDA model");
   const int64_t D = cfg_.hidden, V = cfg_.vocab;
-  const ForwardBatchSize bs = check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
+  const ForwardBatchSize bs =
+      paged ? check_forward_batch(batch, *paged, V, cfg_.layers, [&](int s) { return int64_t(paged->capacity(s)); })
+            : check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
+  if (paged) paged->sync(batch);
   const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int n_cap = static_cast<int>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);
@@ -751,8 +770,10 @@ void DeepseekV4Cuda::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
     DSINFER_CUDA_CHECK(cudaMemcpyAsync(out.logits.data(), logits_, sizeof(float) * out.logits.size(),
                                        cudaMemcpyDeviceToHost, stream_));
   DSINFER_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  for (const ForwardEntry& en : batch.entries)
+  for (const ForwardEntry& en : batch.entries) {
     st->set_length(en.slot, st->length(en.slot) + static_cast<int>(en.tokens.size()));
+    if (paged) paged->set_length(en.slot, st->length(en.slot));
+  }
 }
 
 void DeepseekV4Cuda::enqueue(V4CudaState& st, int T, int n_logits, const std::vector<int>& caps, bool argmax) {
