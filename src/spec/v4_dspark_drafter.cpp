@@ -58,9 +58,19 @@ class V4DSparkDrafter final : public Drafter {
     s->kv.resize(stages_.size());
     return s;
   }
-  void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const override;
+  void commit_context(DraftSequence& seq, const int32_t* tokens, const float* hidden, int c) const override {
+    commit_context_batch({ContextBatchItem{&seq, tokens, hidden, c}});
+  }
   DraftProposal propose(DraftSequence& seq, int32_t anchor, int max_tokens, const SamplingParams& params,
-                        Rng& rng) const override;
+                        Rng& rng) const override {
+    return std::move(propose_batch({DraftBatchItem{&seq, anchor, max_tokens, &params, &rng}})[0]);
+  }
+  // Every sequence's rows through each stage's matrices and experts at once (the weights
+  // are read once per pass, not once per request); attention runs per sequence over its
+  // own window and block. The kernels are row-invariant, so item i's result is what a pass
+  // of item i alone gives, bit for bit (V4DSpark.BatchedPassEqualsSinglePasses).
+  std::vector<DraftProposal> propose_batch(const std::vector<DraftBatchItem>& items) const override;
+  void commit_context_batch(const std::vector<ContextBatchItem>& items) const override;
 
  private:
   static V4DraftSeq& as_seq(DraftSequence& s) {
@@ -141,125 +151,177 @@ V4DSparkDrafter::V4DSparkDrafter(const std::string& dir, const Model& target, co
                            bytes, expert_bytes);
 }
 
-void V4DSparkDrafter::commit_context(DraftSequence& seq_base, const int32_t* tokens, const float* hidden,
-                                     int c) const {
-  V4DraftSeq& seq = as_seq(seq_base);
-  if (c <= 0) return;
-  if (!hidden) throw Error("dspark (DeepSeek-V4) commit_context: the target layer outputs are missing");
+void V4DSparkDrafter::commit_context_batch(const std::vector<ContextBatchItem>& items) const {
   const int64_t D = c_.hidden, d = c_.head_dim;
-  std::vector<float> x(static_cast<size_t>(c * D));
-  v4_matmul(hidden, c, main_proj_, x.data());
-  rmsnorm(x.data(), D, c, D, main_norm_.data(), static_cast<float>(c_.eps), x.data(), D);
-  const int half = static_cast<int>(rope_inv_.size());
-  std::vector<int32_t> pos(static_cast<size_t>(c));
-  for (int i = 0; i < c; ++i) pos[i] = seq.len + i;
-  std::vector<float> cs(static_cast<size_t>(c) * half), sn(static_cast<size_t>(c) * half), kv(static_cast<size_t>(c * d));
-  v4_rope_rows(rope_inv_, pos.data(), c, cs.data(), sn.data());
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    v4_attn_kv(stages_[s], c_, half, cs.data(), sn.data(), x.data(), c, kv.data());
-    seq.kv[s].insert(seq.kv[s].end(), kv.begin(), kv.end());
+  int64_t rows = 0;
+  for (const ContextBatchItem& it : items) {
+    if (it.count <= 0) continue;
+    if (!it.hidden) throw Error("dspark (DeepSeek-V4) commit_context: the target layer outputs are missing");
+    rows += it.count;
   }
-  seq.len += c;
-  // Keep the window (amortised: drop only when that frees at least as much as is kept).
-  const int keep_from = std::max(0, seq.len - c_.window);
-  if (keep_from - seq.first >= c_.window) {
-    const size_t drop = static_cast<size_t>(keep_from - seq.first) * d;
-    for (auto& rows : seq.kv) rows.erase(rows.begin(), rows.begin() + static_cast<ptrdiff_t>(drop));
-    seq.first = keep_from;
+  if (rows == 0) return;
+  // The items' captured rows side by side: [rows, m·D] -> main_x [rows, D].
+  const int64_t F = static_cast<int64_t>(info_.target_layer_ids.size()) * D;
+  std::vector<float> feat(static_cast<size_t>(rows * F)), x(static_cast<size_t>(rows * D));
+  std::vector<int32_t> pos(static_cast<size_t>(rows));
+  {
+    int64_t r = 0;
+    for (const ContextBatchItem& it : items) {
+      if (it.count <= 0) continue;
+      const V4DraftSeq& seq = as_seq(*it.seq);
+      std::memcpy(feat.data() + r * F, it.hidden, sizeof(float) * static_cast<size_t>(it.count * F));
+      for (int i = 0; i < it.count; ++i) pos[static_cast<size_t>(r + i)] = seq.len + i;
+      r += it.count;
+    }
+  }
+  v4_matmul(feat.data(), rows, main_proj_, x.data());
+  rmsnorm(x.data(), D, rows, D, main_norm_.data(), static_cast<float>(c_.eps), x.data(), D);
+  const int half = static_cast<int>(rope_inv_.size());
+  std::vector<float> cs(static_cast<size_t>(rows) * half), sn(static_cast<size_t>(rows) * half), kv(static_cast<size_t>(rows * d));
+  v4_rope_rows(rope_inv_, pos.data(), rows, cs.data(), sn.data());
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    v4_attn_kv(stages_[s], c_, half, cs.data(), sn.data(), x.data(), rows, kv.data());
+    int64_t r = 0;
+    for (const ContextBatchItem& it : items) {
+      if (it.count <= 0) continue;
+      V4DraftSeq& seq = as_seq(*it.seq);
+      seq.kv[s].insert(seq.kv[s].end(), kv.begin() + r * d, kv.begin() + (r + it.count) * d);
+      r += it.count;
+    }
+  }
+  for (const ContextBatchItem& it : items) {
+    if (it.count <= 0) continue;
+    V4DraftSeq& seq = as_seq(*it.seq);
+    seq.len += it.count;
+    // Keep the window (amortised: drop only when that frees at least as much as is kept).
+    const int keep_from = std::max(0, seq.len - c_.window);
+    if (keep_from - seq.first >= c_.window) {
+      const size_t drop = static_cast<size_t>(keep_from - seq.first) * d;
+      for (auto& stage_rows : seq.kv) stage_rows.erase(stage_rows.begin(), stage_rows.begin() + static_cast<ptrdiff_t>(drop));
+      seq.first = keep_from;
+    }
   }
 }
 
-DraftProposal V4DSparkDrafter::propose(DraftSequence& seq_base, int32_t anchor, int max_tokens,
-                                       const SamplingParams& params, Rng& rng) const {
-  V4DraftSeq& seq = as_seq(seq_base);
-  DraftProposal p;
+std::vector<DraftProposal> V4DSparkDrafter::propose_batch(const std::vector<DraftBatchItem>& items) const {
+  std::vector<DraftProposal> out(items.size());
   const int bs = info_.block_size;
-  const int n = std::min(max_tokens, bs);
-  if (n <= 0) return p;
   const int V = c_.vocab, nhc = c_.hc_mult;
   const int64_t D = c_.hidden, d = c_.head_dim, Hd = static_cast<int64_t>(c_.heads) * d;
-  if (anchor < 0 || anchor >= V)
-    throw Error("dspark propose: anchor token " + std::to_string(anchor) + " outside the vocabulary [0, " +
-                std::to_string(V) + ")");
+  // The items that draft (n > 0), each a block of bs rows in the pass.
+  std::vector<size_t> act;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const DraftBatchItem& it = items[i];
+    if (std::min(it.max_tokens, bs) <= 0) continue;
+    if (it.anchor < 0 || it.anchor >= V)
+      throw Error("dspark propose: anchor token " + std::to_string(it.anchor) + " outside the vocabulary [0, " +
+                  std::to_string(V) + ")");
+    act.push_back(i);
+  }
+  if (act.empty()) return out;
+  const int64_t B = static_cast<int64_t>(act.size()), T = B * bs;
   const float eps = static_cast<float>(c_.eps);
 
-  // Block tokens, positions, RoPE tables.
-  std::vector<int32_t> blk(static_cast<size_t>(bs), info_.mask_token_id), pos(static_cast<size_t>(bs));
-  blk[0] = anchor;
-  for (int i = 0; i < bs; ++i) pos[i] = seq.len + i;
+  // Block tokens, positions, RoPE tables: item b's rows are [b·bs, (b+1)·bs).
+  std::vector<int32_t> blk(static_cast<size_t>(T), info_.mask_token_id), pos(static_cast<size_t>(T));
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftBatchItem& it = items[act[b]];
+    const V4DraftSeq& seq = as_seq(*it.seq);
+    blk[static_cast<size_t>(b * bs)] = it.anchor;
+    for (int i = 0; i < bs; ++i) pos[static_cast<size_t>(b * bs + i)] = seq.len + i;
+  }
   const int half = static_cast<int>(rope_inv_.size());
-  std::vector<float> cs(static_cast<size_t>(bs) * half), sn(static_cast<size_t>(bs) * half);
-  v4_rope_rows(rope_inv_, pos.data(), bs, cs.data(), sn.data());
+  std::vector<float> cs(static_cast<size_t>(T) * half), sn(static_cast<size_t>(T) * half);
+  v4_rope_rows(rope_inv_, pos.data(), T, cs.data(), sn.data());
 
   // Residual streams: n_hc copies of each embedding (the target's embedding table).
-  std::vector<float> X(static_cast<size_t>(bs * nhc * D)), u(static_cast<size_t>(bs * D)), y(static_cast<size_t>(bs * D));
-  target_.embed(blk.data(), bs, u.data());
-  for (int r = 0; r < bs; ++r)
+  std::vector<float> X(static_cast<size_t>(T * nhc * D)), u(static_cast<size_t>(T * D)), y(static_cast<size_t>(T * D));
+  target_.embed(blk.data(), static_cast<int>(T), u.data());
+  for (int64_t r = 0; r < T; ++r)
     for (int j = 0; j < nhc; ++j) std::memcpy(X.data() + (r * nhc + j) * D, u.data() + r * D, sizeof(float) * D);
-  std::vector<float> post(static_cast<size_t>(bs * nhc)), comb(static_cast<size_t>(bs * nhc * nhc)), scratch;
-  std::vector<float> qres(static_cast<size_t>(bs) * c_.q_lora), q(static_cast<size_t>(bs * Hd)),
-      kv(static_cast<size_t>(bs * d)), att(static_cast<size_t>(bs * Hd)), logit;
+  std::vector<float> post(static_cast<size_t>(T * nhc)), comb(static_cast<size_t>(T * nhc * nhc)), scratch;
+  std::vector<float> qres(static_cast<size_t>(T) * c_.q_lora), q(static_cast<size_t>(T * Hd)),
+      kv(static_cast<size_t>(T * d)), att(static_cast<size_t>(T * Hd)), logit;
   const V4HcParams hp{nhc, D, c_.hc_iters, static_cast<float>(c_.hc_eps), eps};
-  const int ctx_from = std::max(seq.first, seq.len - c_.window);
   std::vector<const float*> keys;
   for (size_t s = 0; s < stages_.size(); ++s) {
     const V4LayerWeights& L = stages_[s];
-    v4_hc_pre({&L.attn_hc_fn, L.attn_hc_base.data(), L.attn_hc_scale.data()}, hp, X.data(), bs, post.data(),
+    v4_hc_pre({&L.attn_hc_fn, L.attn_hc_base.data(), L.attn_hc_scale.data()}, hp, X.data(), T, post.data(),
               comb.data(), u.data(), scratch);
-    rmsnorm(u.data(), D, bs, D, L.in_norm.data(), eps, u.data(), D);
-    v4_attn_project(L, c_, half, cs.data(), sn.data(), u.data(), bs, qres.data(), q.data(), kv.data());
-    // Keys: the window's committed context rows, then every block row (non-causal block).
-    keys.clear();
-    for (int t = ctx_from; t < seq.len; ++t) keys.push_back(seq.kv[s].data() + static_cast<int64_t>(t - seq.first) * d);
-    for (int r = 0; r < bs; ++r) keys.push_back(kv.data() + static_cast<int64_t>(r) * d);
-    for (int r = 0; r < bs; ++r)
-      v4_attn_row(L, c_, q.data() + r * Hd, keys.data(), keys.size(), cs.data() + static_cast<int64_t>(r) * half,
-                  sn.data() + static_cast<int64_t>(r) * half, half, logit, att.data() + r * Hd);
-    v4_attn_output(L, c_, att.data(), bs, y.data());
-    v4_hc_post(hp, post.data(), comb.data(), y.data(), bs, X.data());
-    v4_hc_pre({&L.ffn_hc_fn, L.ffn_hc_base.data(), L.ffn_hc_scale.data()}, hp, X.data(), bs, post.data(), comb.data(),
+    rmsnorm(u.data(), D, T, D, L.in_norm.data(), eps, u.data(), D);
+    v4_attn_project(L, c_, half, cs.data(), sn.data(), u.data(), T, qres.data(), q.data(), kv.data());
+    for (int64_t b = 0; b < B; ++b) {
+      // Keys: the window's committed context rows, then every block row (non-causal block).
+      const V4DraftSeq& seq = as_seq(*items[act[b]].seq);
+      const int ctx_from = std::max(seq.first, seq.len - c_.window);
+      keys.clear();
+      for (int t = ctx_from; t < seq.len; ++t) keys.push_back(seq.kv[s].data() + static_cast<int64_t>(t - seq.first) * d);
+      for (int r = 0; r < bs; ++r) keys.push_back(kv.data() + (b * bs + r) * d);
+      for (int r = 0; r < bs; ++r) {
+        const int64_t row = b * bs + r;
+        v4_attn_row(L, c_, q.data() + row * Hd, keys.data(), keys.size(), cs.data() + row * half, sn.data() + row * half,
+                    half, logit, att.data() + row * Hd);
+      }
+    }
+    v4_attn_output(L, c_, att.data(), T, y.data());
+    v4_hc_post(hp, post.data(), comb.data(), y.data(), T, X.data());
+    v4_hc_pre({&L.ffn_hc_fn, L.ffn_hc_base.data(), L.ffn_hc_scale.data()}, hp, X.data(), T, post.data(), comb.data(),
               u.data(), scratch);
-    rmsnorm(u.data(), D, bs, D, L.post_norm.data(), eps, u.data(), D);
-    v4_moe(L, c_, u.data(), blk.data(), bs, y.data());
-    v4_hc_post(hp, post.data(), comb.data(), y.data(), bs, X.data());
+    rmsnorm(u.data(), D, T, D, L.post_norm.data(), eps, u.data(), D);
+    v4_moe(L, c_, u.data(), blk.data(), T, y.data());
+    v4_hc_post(hp, post.data(), comb.data(), y.data(), T, X.data());
   }
-  // Head: collapse, the last stage's norm, the target's LM head for the drafted rows.
-  std::vector<float> h(static_cast<size_t>(bs * D)), base(static_cast<size_t>(n) * V);
-  v4_hc_head(hc_head_fn_, hc_head_base_.data(), hc_head_scale_.data(), hp, X.data(), bs, h.data(), scratch);
-  rmsnorm(h.data(), D, bs, D, norm_.data(), eps, h.data(), D);
-  target_.lm_head(h.data(), n, base.data(), false);
+  // Head: collapse, the last stage's norm, the target's LM head for each item's drafted rows.
+  std::vector<float> h(static_cast<size_t>(T * D));
+  v4_hc_head(hc_head_fn_, hc_head_base_.data(), hc_head_scale_.data(), hp, X.data(), T, h.data(), scratch);
+  rmsnorm(h.data(), D, T, D, norm_.data(), eps, h.data(), D);
+  std::vector<int64_t> first_row(static_cast<size_t>(B));
+  int64_t n_rows = 0;
+  for (int64_t b = 0; b < B; ++b) first_row[b] = n_rows, n_rows += std::min(items[act[b]].max_tokens, bs);
+  std::vector<float> hd(static_cast<size_t>(n_rows * D)), base(static_cast<size_t>(n_rows) * V);
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(hd.data() + first_row[b] * D, h.data() + b * bs * D,
+                sizeof(float) * static_cast<size_t>(std::min(items[act[b]].max_tokens, bs) * D));
+  target_.lm_head(hd.data(), static_cast<int>(n_rows), base.data(), false);
 
-  // Sequential drafting (DeepSpec DSpark, §2.6): Markov bias from the previous SAMPLED token.
-  p.tokens.resize(n);
-  if (!params.greedy()) p.q.resize(static_cast<size_t>(n) * V);
-  if (conf_) {
-    p.confidence.resize(n);
-    p.confidence_logits.resize(n);
-  }
+  // Sequential drafting per item (DeepSpec DSpark, §2.6): Markov bias from the previous
+  // SAMPLED token, each item with its own sampling parameters and rng.
   std::vector<float> logits(static_cast<size_t>(V)), bias(static_cast<size_t>(V)), state, probs;
   std::vector<float> e(static_cast<size_t>(markov_ ? markov_->rank() : 0));
-  if (markov_) markov_->reset(state);
-  int32_t prev = anchor;
-  for (int k = 0; k < n; ++k) {
-    const float* hk = h.data() + static_cast<int64_t>(k) * D;
-    const float* uk = base.data() + static_cast<int64_t>(k) * V;
-    if (markov_) {
-      markov_->bias(prev, hk, state, bias.data(), e.data());
-      for (int j = 0; j < V; ++j) logits[j] = uk[j] + bias[j];
-    } else {
-      std::copy(uk, uk + V, logits.begin());
-    }
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftBatchItem& it = items[act[b]];
+    const SamplingParams& params = *it.params;
+    DraftProposal& p = out[act[b]];
+    const int n = std::min(it.max_tokens, bs);
+    p.tokens.resize(n);
+    if (!params.greedy()) p.q.resize(static_cast<size_t>(n) * V);
     if (conf_) {
-      const float z = conf_->logit(hk, conf_->with_markov() ? e.data() : nullptr);
-      p.confidence_logits[k] = z;
-      p.confidence[k] = ConfidenceHead::sigmoid(z);
+      p.confidence.resize(n);
+      p.confidence_logits.resize(n);
     }
-    const int32_t x = draw_draft_token(logits.data(), V, params, rng, probs);
-    p.tokens[k] = x;
-    if (!params.greedy()) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<int64_t>(k) * V);
-    prev = x;
+    if (markov_) markov_->reset(state);
+    int32_t prev = it.anchor;
+    for (int k = 0; k < n; ++k) {
+      const float* hk = hd.data() + (first_row[b] + k) * D;
+      const float* uk = base.data() + (first_row[b] + k) * V;
+      if (markov_) {
+        markov_->bias(prev, hk, state, bias.data(), e.data());
+        for (int j = 0; j < V; ++j) logits[j] = uk[j] + bias[j];
+      } else {
+        std::copy(uk, uk + V, logits.begin());
+      }
+      if (conf_) {
+        const float z = conf_->logit(hk, conf_->with_markov() ? e.data() : nullptr);
+        p.confidence_logits[k] = z;
+        p.confidence[k] = ConfidenceHead::sigmoid(z);
+      }
+      const int32_t x = draw_draft_token(logits.data(), V, params, *it.rng, probs);
+      p.tokens[k] = x;
+      if (!params.greedy()) std::copy(probs.begin(), probs.end(), p.q.begin() + static_cast<int64_t>(k) * V);
+      prev = x;
+    }
   }
-  return p;
+  return out;
 }
 
 }  // namespace

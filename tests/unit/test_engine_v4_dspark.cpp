@@ -10,6 +10,7 @@
 //     own greedy bigrams (many drafts accepted, some rejected), so every round rolls back the
 //     window, compressor and indexer state of the target;
 //   - after speculative rounds the target state equals a fresh prefill (bit for bit);
+//   - the batched commit and propose (the engine's) equal single-sequence calls, bit for bit;
 //   - `dsinfer generate --spec dspark` on a V4 model directory uses its own mtp.* drafter;
 //   - one-line loader errors naming the tensor or field for missing / ill-shaped mtp.*
 //     tensors and missing dspark_* fields.
@@ -269,6 +270,65 @@ TEST(V4DSpark, SampledDraftsCarryTheirDistributions) {
   stop.max_tokens = 30;
   auto r = generate(*target, nullptr, prompt, sp, stop, {}, so);
   EXPECT_EQ(r.ids.size(), 30u);
+}
+
+// The batched pass (what the engine calls for every drafting request at once) gives each
+// item exactly what a pass of that item alone gives: commits of several sequences at once,
+// then greedy and sampled proposals (tokens, q rows, confidences), bit for bit; an item with
+// no room to draft gets an empty proposal and does not disturb the others.
+TEST(V4DSpark, BatchedPassEqualsSinglePasses) {
+  Scratch dir;
+  test::write_tiny_v4_dspark(test::TinyDSparkSpec{}, dir.path);
+  auto target = load_model(dir.path);
+  auto d = load_drafter(dir.path, *target);
+  const auto ps = prompts(target->config().vocab_size);  // lengths 1, 3, 9, 17, 30
+  // Each prompt's captured target rows.
+  std::vector<ForwardOutput> cap(ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    auto kv = target->make_kv_cache(1, 64);
+    ForwardBatch b;
+    b.capture_layers = d->info().target_layer_ids;
+    b.entries.push_back({0, ps[i], {}});
+    target->forward(*kv, b, cap[i]);
+  }
+  std::vector<std::unique_ptr<DraftSequence>> one, many;
+  std::vector<ContextBatchItem> commits;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    one.push_back(d->start());
+    many.push_back(d->start());
+    d->commit_context(*one.back(), ps[i].data(), cap[i].captured.data(), static_cast<int>(ps[i].size()));
+    commits.push_back({many.back().get(), ps[i].data(), cap[i].captured.data(), static_cast<int>(ps[i].size())});
+  }
+  d->commit_context_batch(commits);
+  for (int sampled = 0; sampled < 2; ++sampled) {
+    SCOPED_TRACE(sampled ? "sampled" : "greedy");
+    SamplingParams sp;
+    if (sampled) {
+      sp.temperature = 0.9f;
+      sp.top_p = 0.9f;
+    }
+    std::vector<DraftProposal> single;
+    std::vector<Rng> rngs;
+    for (size_t i = 0; i < ps.size(); ++i) rngs.emplace_back(100 + i);
+    std::vector<DraftBatchItem> items;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      Rng r(100 + i);
+      const int max_tokens = i == 2 ? 0 : i == 3 ? 3 : 5;  // one item with no room, one short
+      single.push_back(d->propose(*one[i], static_cast<int32_t>(7 + i), max_tokens, sp, r));
+      items.push_back({many[i].get(), static_cast<int32_t>(7 + i), max_tokens, &sp, &rngs[i]});
+    }
+    const std::vector<DraftProposal> batched = d->propose_batch(items);
+    ASSERT_EQ(batched.size(), ps.size());
+    for (size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(batched[i].tokens, single[i].tokens) << "item " << i;
+      EXPECT_EQ(batched[i].q, single[i].q) << "item " << i;
+      EXPECT_EQ(batched[i].confidence, single[i].confidence) << "item " << i;
+      EXPECT_EQ(batched[i].confidence_logits, single[i].confidence_logits) << "item " << i;
+    }
+    EXPECT_TRUE(batched[2].tokens.empty());
+    EXPECT_EQ(batched[3].tokens.size(), 3u);
+    if (sampled) EXPECT_FALSE(batched[0].q.empty());
+  }
 }
 
 TEST(V4DSpark, CliGenerateUsesTheEmbeddedDrafter) {
