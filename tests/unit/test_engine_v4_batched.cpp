@@ -39,18 +39,7 @@ using test::error_of;
 
 namespace {
 
-struct Scratch {
-  std::string path;
-  Scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "dsinfer_v4engine_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) std::abort();
-    path = tmpl;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using Scratch = test::ScratchDir;
 
 struct Case {
   std::vector<int32_t> prompt;

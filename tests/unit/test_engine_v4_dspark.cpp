@@ -41,18 +41,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Scratch {
-  std::string path;
-  Scratch() {
-    std::string tmpl = (fs::temp_directory_path() / "dsinfer_v4dspark_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) std::abort();
-    path = tmpl;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using Scratch = test::ScratchDir;
 
 std::vector<std::vector<int32_t>> prompts(int vocab) {
   std::mt19937 rng(11);

@@ -13,6 +13,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,22 @@
 #include "model/safetensors.h"
 
 namespace dsinfer::test {
+
+// A fresh temporary directory, removed with everything in it at the end of the scope.
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "dsinfer_v4test_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) std::abort();
+    path = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+};
 
 struct TinyDSparkSpec {
   std::string base = "mixed4_f32";     // tests/data/deepseek_v4/<base>
