@@ -17,8 +17,12 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 #include "model/config.h"
+#include "model/deepseek_v4_config.h"
+#include "model/deepseek_v4_state.h"
+#include "model/safetensors.h"
 #include "spec/calibration.h"
 #include "spec/drafter_loader.h"
+#include "spec/v4_dspark_drafter.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsinfer::harness {
@@ -93,6 +97,28 @@ uint64_t safetensors_bytes(const std::string& dir) {
     if (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0) total += e.file_size(ec);
   }
   return total;
+}
+
+// Whether a DeepSeek-V4 checkpoint carries its DSpark drafter (config dspark_* fields).
+bool has_v4_dspark_stages(const std::string& dir, const ModelConfig& cfg) {
+  try {
+    parse_v4_dspark_config(dir, parse_deepseek_v4_config(cfg));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Whether any tensor of DIR's safetensors has `part` in its name (headers only; false when
+// they cannot be read).
+bool safetensors_has_tensor_containing(const std::string& dir, const std::string& part) {
+  try {
+    auto set = SafetensorsSet::open_dir(dir);
+    for (const auto& [name, loc] : set->tensors())
+      if (name.find(part) != std::string::npos) return true;
+  } catch (const Error&) {
+  }
+  return false;
 }
 
 }  // namespace
@@ -197,12 +223,31 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
       m.error = e.what();
     }
   }
-  // Drafter: the given one, else the embedded layout's neighbours.
+  // Drafter: the given one, else a DeepSeek-V4 checkpoint's own mtp.* stages, else the
+  // embedded layout's neighbours.
   std::vector<std::string> candidates;
   if (!drafter_dir.empty()) candidates.push_back(drafter_dir);
+  else if (v4 && has_v4_dspark_stages(dir, cfg)) candidates.push_back(dir);
   else
     for (const char* c : {"/../dspark", "/../dflash", "/drafter"}) candidates.push_back(dir + c);
   for (const std::string& d : candidates) {
+    if (v4 && is_deepseek_v4_dir(d)) {
+      // The stages inside the checkpoint (serve --spec dspark finds them without a path).
+      m.drafter_found = true;
+      m.drafter_dir = std::filesystem::weakly_canonical(d).string();
+      try {
+        const V4DSparkConfig dc = parse_v4_dspark_config(d, parse_deepseek_v4_config(cfg));
+        m.drafter_compatible = true;
+        m.drafter_kind = "dspark (DeepSeek-V4 mtp.*, block " + std::to_string(dc.block_size) + ")";
+        m.confidence_head = safetensors_has_tensor_containing(d, "confidence_head.");
+        m.calibration = file_exists(d + "/calibration.json");
+        if (m.calibration) load_calibration(d);
+      } catch (const Error& e) {
+        m.drafter_compatible = false;
+        m.drafter_error = e.what();
+      }
+      break;
+    }
     if (!file_exists(d + "/config.json")) continue;
     m.drafter_found = true;
     m.drafter_dir = std::filesystem::weakly_canonical(d).string();
@@ -227,7 +272,24 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
   // precision (bf16 unless DSINFER_MATMUL=f32) meets BF16 weights, else in F32 (the rule of
   // Model::kv_dtype(); engine/block_pool.h KVLayout).
   m.max_model_len = std::min(cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 4096, 4096);
-  if (qwen3 && cfg.num_hidden_layers > 0 && cfg.num_key_value_heads > 0 && cfg.head_dim > 0) {
+  if (v4) {
+    // The batched engine's rule for a per-sequence state (Model::paged_state_shape): the
+    // compressed entries per token, the window and raw rows per sequence; F32 on the CPU.
+    try {
+      const DeepseekV4Config vc = parse_deepseek_v4_config(cfg);
+      m.kv_dtype = "F32 state";
+      m.kv_bytes_per_token = std::max<uint64_t>(V4State::bytes_per_token(vc), 1);
+      m.state_bytes_per_sequence = V4State::bytes_bounded(vc);
+      const double left = static_cast<double>(sys.mem_available) - static_cast<double>(m.weight_bytes);
+      m.kv_budget_bytes = std::max(0.0, left * prealloc_ratio);
+      const double per_seq = static_cast<double>(m.kv_bytes_per_token) * m.max_model_len +
+                             static_cast<double>(m.state_bytes_per_sequence);
+      m.full_length_sequences = static_cast<int>(std::min(1e9, m.kv_budget_bytes / per_seq));
+      m.kv_tokens = static_cast<int64_t>(static_cast<double>(m.full_length_sequences) * m.max_model_len);
+    } catch (const Error& e) {
+      m.error = e.what();
+    }
+  } else if (qwen3 && cfg.num_hidden_layers > 0 && cfg.num_key_value_heads > 0 && cfg.head_dim > 0) {
     const char* prec = std::getenv("DSINFER_MATMUL");
     const bool bf16_kv = cfg.torch_dtype == "bfloat16" && !(prec && std::string(prec) == "f32");
     m.kv_dtype = bf16_kv ? "BF16" : "F32";
@@ -346,7 +408,12 @@ std::string format_report(const SystemInfo& s, const ModelCheck* m, const Assess
              "\n";
       else
         o += "  drafter: none found" + (m->drafter_error.empty() ? std::string() : " (" + m->drafter_error + ")") + "\n";
-      if (m->kv_bytes_per_token > 0) {
+      if (m->kv_bytes_per_token > 0 && m->state_bytes_per_sequence > 0) {
+        o += "  KV: " + bytes_str(static_cast<double>(m->kv_bytes_per_token)) + " per token + " +
+             bytes_str(static_cast<double>(m->state_bytes_per_sequence)) + " per sequence (" + m->kv_dtype +
+             ", no prefix cache); budget " + gib(m->kv_budget_bytes) + " -> " + std::to_string(m->full_length_sequences) +
+             " sequences of " + std::to_string(m->max_model_len) + "\n";
+      } else if (m->kv_bytes_per_token > 0) {
         o += "  KV: " + bytes_str(static_cast<double>(m->kv_bytes_per_token)) + " per token (" + m->kv_dtype + " K+V); budget " +
              gib(m->kv_budget_bytes) + " -> " + std::to_string(m->kv_tokens) + " tokens = " +
              std::to_string(m->full_length_sequences) + " sequences of " + std::to_string(m->max_model_len) + "\n";
@@ -391,7 +458,7 @@ json report_json(const SystemInfo& s, const ModelCheck* m, const Assessment& a) 
                   {"calibration", m->calibration}, {"kv_bytes_per_token", m->kv_bytes_per_token}, {"kv_dtype", m->kv_dtype},
                   {"kv_budget_bytes", m->kv_budget_bytes}, {"kv_tokens", m->kv_tokens},
                   {"max_model_len", m->max_model_len}, {"full_length_sequences", m->full_length_sequences},
-                  {"error", m->error}};
+                  {"state_bytes_per_sequence", m->state_bytes_per_sequence}, {"error", m->error}};
   return j;
 }
 

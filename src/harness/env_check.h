@@ -60,11 +60,14 @@ struct ModelCheck {
   int max_model_len = 0;
   double kv_budget_bytes = 0;         // (available - weights) x prealloc ratio
   int64_t kv_tokens = 0;              // tokens that fit in that budget
-  int full_length_sequences = 0;      // kv_tokens / max_model_len
+  int full_length_sequences = 0;      // kv_tokens / max_model_len (and the per-sequence state)
+  // DeepSeek-V4: decoding state every sequence holds whatever its length (window and raw
+  // rows; V4State::bytes_bounded), beside kv_bytes_per_token for the compressed entries.
+  uint64_t state_bytes_per_sequence = 0;
 };
 
 // drafter_dir "": looks for a drafter next to the model (DIR/../dspark, DIR/../dflash, the
-// embedded layout) and inside it (DIR/drafter).
+// embedded layout) and inside it (DIR/drafter; a DeepSeek-V4 checkpoint's own mtp.* stages).
 ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, const SystemInfo& sys,
                        double prealloc_ratio);
 

@@ -5,6 +5,7 @@
 //     count verified (rejected) drafts, and the same with plain decoding;
 //   - `bench-engine` on it without --draft-model-path runs none and dspark (the target's own
 //     stages) and reports tokens;
+//   - `check-env` finds the stages, sizes the state, and its recommended command serves;
 //   - a tokenizer whose ids the model's vocabulary does not hold is refused at load, in one
 //     line naming tokenizer.json, by serve, generate and bench-engine; serve, failing after
 //     its listener started, exits every time (it used to hang in about a third of the runs).
@@ -15,6 +16,7 @@
 #include <future>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "cli_helpers.h"
 #include "harness/http_client.h"
@@ -122,6 +124,37 @@ TEST(V4Serving, BenchEngineUsesTheTargetsOwnStagesWithoutADraftPath) {
     EXPECT_EQ(c["output_tokens"].get<int>(), c["requests"].get<int>() * 16) << c.dump();
     EXPECT_EQ(c["cache_hit_ratio"].get<double>(), 0.0);
   }
+}
+
+TEST(V4Serving, CheckEnvFindsTheStagesAndItsRecommendedCommandServes) {
+  const std::string dir = v4_dir_with_tokenizer();
+  auto r = run_dsinfer({"check-env", "--model-path", dir, "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& m = j["model"];
+  EXPECT_TRUE(m["drafter_compatible"].get<bool>()) << m.dump();
+  EXPECT_NE(m["drafter_kind"].get<std::string>().find("DeepSeek-V4 mtp.*"), std::string::npos) << m.dump();
+  EXPECT_TRUE(m["confidence_head"].get<bool>());
+  EXPECT_GT(m["kv_bytes_per_token"].get<uint64_t>(), 0u);
+  EXPECT_GT(m["state_bytes_per_sequence"].get<uint64_t>(), 0u);
+  EXPECT_GT(m["full_length_sequences"].get<int>(), 0);
+  // The recommended command line starts a healthy server.
+  const std::string cmd = j["recommended_command"].get<std::string>();
+  ASSERT_EQ(cmd.rfind("dsinfer serve ", 0), 0u) << cmd;
+  EXPECT_NE(cmd.find("--enable-dspark"), std::string::npos) << cmd;
+  std::vector<std::string> args;
+  std::istringstream words(cmd.substr(std::string("dsinfer serve ").size()));
+  for (std::string w; words >> w;) args.push_back(w);
+  // Its sizes are for serving: --max-running 64 sizes the start-up profiles (verify steps up
+  // to 512 tokens, drafter passes of up to 64 requests) and --cache-prealloc-ratio 0.7
+  // commits 70 % of the free memory to the pool at start-up (over 10 s on this machine);
+  // smaller values keep the test short, every other flag is the command's.
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == "--max-running") args[i + 1] = "4";
+    if (args[i] == "--cache-prealloc-ratio") args[i + 1] = "0.01";
+  }
+  Server srv(args, "v4_recommended");
+  ASSERT_TRUE(srv.wait_ready()) << dsinfer_test::slurp(srv.log);
 }
 
 TEST(V4Serving, ATokenizerOfAnotherModelIsRefusedAtLoad) {

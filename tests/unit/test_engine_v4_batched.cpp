@@ -12,7 +12,8 @@
 //   - the pool is sized from the model's state shape (per-token rate, bounded part per
 //     sequence), the pool keeps no prefix cache (identical prompts are recomputed), and
 //     what needs one (cache warm-up, defrag) is refused by flag name;
-//   - the storage refuses a table longer than the state it holds and block copies.
+//   - the storage refuses a table longer than the state it holds and block copies;
+//   - the SPS profile steps past the state's rollback range (serve's start-up profile).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "engine/generator.h"
 #include "engine/llm_engine.h"
+#include "engine/sps_profile.h"
 #include "error_test_util.h"
 #include "model/block_kv_cache.h"
 #include "model/deepseek_v4.h"
@@ -247,6 +249,20 @@ TEST(V4Engine, PoolIsSizedFromTheStateShapeAndKeepsNoPrefixCache) {
   }
   EXPECT_EQ(e.stats().prompt_tokens_cached, 0u);
   EXPECT_EQ(e.stats().kv_pool.cached, 0);
+}
+
+TEST(V4Engine, SpsProfileStepsLongerThanTheStatesRollbackRange) {
+  // serve profiles verify steps of up to max_running x (block + 1) tokens; a V4 state rolls
+  // back at most V4State::kMaxRollback (256) positions, so a longer step is undone by
+  // clearing the slot and prefilling the context again (it used to stop serve at start-up).
+  V4Setup& s = mixed();
+  SpsProfileOptions po;
+  po.points = {1, 8, 300};
+  po.context = 16;
+  po.repeats = 2;
+  const SpsTable t = profile_sps(*s.model, s.drafter.get(), po);
+  EXPECT_GT(t.sps(300), 0.0);
+  EXPECT_GE(t.sps(1), t.sps(300));
 }
 
 TEST(V4Engine, WhatNeedsAPrefixCacheIsRefusedByName) {
