@@ -7,8 +7,8 @@
 //   - many concurrent requests of random prompt and output lengths give exactly their
 //     single-request plain greedy outputs: plain decoding, a pool so small that requests
 //     are preempted and recomputed, the DSpark drafter under the fixed, threshold, dspark
-//     and dspark-async policies (drafts accepted and rejected, so every sequence's window,
-//     compressor and indexer state is rolled back in the batch);
+//     and dspark-async policies and with async prefetch (drafts accepted and rejected, so
+//     every sequence's window, compressor and indexer state is rolled back in the batch);
 //   - the pool is sized from the model's state shape (per-token rate, bounded part per
 //     sequence), the pool keeps no prefix cache (identical prompts are recomputed), and
 //     what needs one (cache warm-up, defrag) is refused by flag name;
@@ -177,6 +177,14 @@ TEST(V4Engine, DSparkDrafterIsLosslessUnderEveryPolicy) {
   expect_lossless(s, o, "dspark scheduler");
   o.policy = VerifyPolicy::DSparkAsync;
   expect_lossless(s, o, "dspark-async scheduler");
+  // Async prefetch: one cohort drafts on the drafter's own thread while the target verifies
+  // the other.
+  o.policy = VerifyPolicy::Fixed;
+  o.sps = nullptr;
+  o.async_prefetch = true;
+  const EngineStats pf = expect_lossless(s, o, "dspark fixed, async prefetch");
+  EXPECT_GT(pf.prefetch_passes, 0u);
+  o.async_prefetch = false;
   // Speculation and preemption together.
   o.policy = VerifyPolicy::Fixed;
   o.sps = nullptr;
