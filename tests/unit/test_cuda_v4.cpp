@@ -352,8 +352,12 @@ TEST(CudaV4, BatchedEngineEqualsSingleRequestGreedy) {
       EXPECT_EQ(reason[id], "length") << "request " << i << ": " << error[id];
       EXPECT_EQ(got[id], plain[i]) << "request " << i;
     }
-    if (variant >= 1) EXPECT_GT(engine.stats().preemptions, 0u);
-    if (variant == 2) EXPECT_GT(engine.stats().verified_draft_tokens, 0u);
+    if (variant >= 1) {
+      EXPECT_GT(engine.stats().preemptions, 0u);
+    }
+    if (variant == 2) {
+      EXPECT_GT(engine.stats().verified_draft_tokens, 0u);
+    }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
