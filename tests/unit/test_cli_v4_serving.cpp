@@ -47,7 +47,10 @@ std::string v4_dir_with_tokenizer() {
 
 std::string id_list(const std::vector<int32_t>& ids) {
   std::string s;
-  for (int32_t t : ids) s += (s.empty() ? "" : ",") + std::to_string(t);
+  for (int32_t t : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(t);
+  }
   return s;
 }
 
