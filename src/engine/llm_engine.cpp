@@ -241,6 +241,11 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
                   std::to_string(opts_.kv_budget_bytes) + " bytes x ratio " + std::to_string(opts_.cache_prealloc_ratio) +
                   "); lower the concurrency or raise the budget");
     blocks = static_cast<int64_t>(budget / per_block);
+    // Without a prefix cache no block outlives its request: max_running full-length
+    // sequences are all the pool can ever hold (more would only be committed memory: the
+    // feature store, written at start-up).
+    if (!shape.prefix_sharing)
+      blocks = std::min<int64_t>(blocks, static_cast<int64_t>(opts_.max_running) * ((max_seq_tokens_ + bs - 1) / bs + 1));
   } else if (blocks <= 0 && opts_.kv_budget_bytes > 0) {
     KVLayout layout;
     layout.n_layers = mc.num_hidden_layers;

@@ -13,6 +13,7 @@
 #include "core/mapped_file.h"
 #include "harness/load_client.h"
 #include "harness/server_process.h"
+#include "spec/v4_dspark_drafter.h"
 
 namespace dsinfer::harness {
 
@@ -43,6 +44,8 @@ std::vector<ServeMode> modes_for(const CompareOptions& o) {
     if (dflash.empty() && file_exists(e + "/dflash/config.json")) dflash = e + "/dflash";
   }
   if (!file_exists(model + "/config.json")) throw Error("--model-path: " + model + "/config.json not found");
+  // A DeepSeek-V4 checkpoint carries its DSpark drafter (mtp.*): the DSpark modes use it.
+  if (dspark.empty() && has_v4_dspark_stages(model)) dspark = model;
   base = {"--model-path", model};
   std::vector<ServeMode> out;
   for (const std::string& m : o.modes) {

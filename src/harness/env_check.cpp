@@ -99,16 +99,6 @@ uint64_t safetensors_bytes(const std::string& dir) {
   return total;
 }
 
-// Whether a DeepSeek-V4 checkpoint carries its DSpark drafter (config dspark_* fields).
-bool has_v4_dspark_stages(const std::string& dir, const ModelConfig& cfg) {
-  try {
-    parse_v4_dspark_config(dir, parse_deepseek_v4_config(cfg));
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
-}
-
 // Whether any tensor of DIR's safetensors has `part` in its name (headers only; false when
 // they cannot be read).
 bool safetensors_has_tensor_containing(const std::string& dir, const std::string& part) {
@@ -227,7 +217,7 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
   // embedded layout's neighbours.
   std::vector<std::string> candidates;
   if (!drafter_dir.empty()) candidates.push_back(drafter_dir);
-  else if (v4 && has_v4_dspark_stages(dir, cfg)) candidates.push_back(dir);
+  else if (v4 && has_v4_dspark_stages(dir)) candidates.push_back(dir);
   else
     for (const char* c : {"/../dspark", "/../dflash", "/drafter"}) candidates.push_back(dir + c);
   for (const std::string& d : candidates) {

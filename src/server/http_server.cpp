@@ -399,11 +399,15 @@ void HttpServer::record_final(Exchange& x) {
 }
 
 void HttpServer::unregister(Exchange& x) {
-  // After the handler was told; active_ held a reference to x until here.
-  const uint64_t id = x.engine_id;  // erase may drop the last reference to x
+  // After the handler was told; active_ held a reference to x until here. engine_id is read
+  // under mu_: the handler sets it (and registers x) under mu_ after submit returns, and a
+  // request the engine finishes before that (a tiny model does, in microseconds) used to be
+  // read here as id 0, so its real entry stayed in active_ for ever and every drain waited
+  // out its timeout for it. x is not touched after the erase (it may drop the last
+  // reference).
   {
     std::lock_guard<std::mutex> lock(mu_);
-    active_.erase(id);
+    active_.erase(x.engine_id);
   }
   idle_cv_.notify_all();
 }

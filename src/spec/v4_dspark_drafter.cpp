@@ -16,8 +16,10 @@
 #include "core/json_util.h"
 #include "core/mapped_file.h"
 #include "kernels/cpu/rmsnorm.h"
+#include "model/config.h"
 #include "model/deepseek_v4.h"
 #include "model/deepseek_v4_attention.h"
+#include "model/deepseek_v4_config.h"
 #include "model/deepseek_v4_mhc.h"
 #include "model/deepseek_v4_moe.h"
 #include "model/deepseek_v4_weights.h"
@@ -332,6 +334,16 @@ bool is_deepseek_v4_dir(const std::string& dir) {
   const nlohmann::json j = read_json_file(file);
   return j.is_object() && j.contains("model_type") && j.at("model_type").is_string() &&
          j.at("model_type").get<std::string>() == "deepseek_v4";
+}
+
+bool has_v4_dspark_stages(const std::string& dir) {
+  try {
+    if (!is_deepseek_v4_dir(dir)) return false;
+    parse_v4_dspark_config(dir, parse_deepseek_v4_config(load_model_config(dir)));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 V4DSparkConfig parse_v4_dspark_config(const std::string& dir, const DeepseekV4Config& t) {

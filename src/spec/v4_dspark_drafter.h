@@ -42,6 +42,10 @@ struct V4DSparkConfig {
 
 // True when DIR/config.json says model_type "deepseek_v4" (the drafter lives in the target).
 bool is_deepseek_v4_dir(const std::string& dir);
+// True when DIR is a DeepSeek-V4 checkpoint whose config carries valid dspark_* fields: the
+// commands that look for a drafter by themselves (bench --compare, check-env) take its mtp.*
+// stages. False for anything else, errors included.
+bool has_v4_dspark_stages(const std::string& dir);
 
 V4DSparkConfig parse_v4_dspark_config(const std::string& dir, const DeepseekV4Config& target);
 

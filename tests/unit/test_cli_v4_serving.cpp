@@ -6,6 +6,8 @@
 //   - `bench-engine` on it without --draft-model-path runs none and dspark (the target's own
 //     stages) and reports tokens;
 //   - `check-env` finds the stages, sizes the state, and its recommended command serves;
+//   - `bench --compare` runs plain, dflash and dflash+dspark on the checkpoint's own stages,
+//     and every server drains at once (no finished request left registered as active);
 //   - a tokenizer whose ids the model's vocabulary does not hold is refused at load, in one
 //     line naming tokenizer.json, by serve, generate and bench-engine; serve, failing after
 //     its listener started, exits every time (it used to hang in about a third of the runs).
@@ -158,6 +160,35 @@ TEST(V4Serving, CheckEnvFindsTheStagesAndItsRecommendedCommandServes) {
   }
   Server srv(args, "v4_recommended");
   ASSERT_TRUE(srv.wait_ready()) << dsinfer_test::slurp(srv.log);
+}
+
+TEST(V4Serving, BenchCompareStartsEveryModeOnTheTargetsOwnStages) {
+  // bench --compare starts our server per mode; on a V4 checkpoint the DSpark modes take
+  // its own stages (no --draft-model-path), and every request of every mode completes.
+  const std::string dir = v4_dir_with_tokenizer();
+  const std::string out = dsinfer_test::make_temp_dir("v4_compare");
+  std::ofstream(out + "/short.jsonl") << "{\"prompt\": \"ab cd\"}\n{\"prompt\": [5, 9, 14, 20]}\n";
+  auto r = run_dsinfer({"bench", "--compare", "--model-path", dir, "--modes", "plain,dflash,dflash+dspark", "--dataset",
+                        out + "/short.jsonl", "--concurrency", "1", "--num-prompts", "12", "--max-tokens", "8",
+                        "--out-dir", out, "--no-progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json rep = json::parse(dsinfer_test::slurp(out + "/compare.json"));
+  const json& modes = rep["meta"]["modes"];
+  EXPECT_NE(modes["dflash+dspark"]["command"].get<std::string>().find("--draft-model-path " + dir), std::string::npos)
+      << modes.dump();
+  ASSERT_EQ(rep["modes"].size(), 3u);
+  for (const json& m : rep["modes"]) {
+    EXPECT_EQ(m["levels"][0]["completed"], 12) << m.dump().substr(0, 400);
+    EXPECT_EQ(m["levels"][0]["failed"], 0);
+  }
+  // Every server stopped at once: no request was left registered as active. (A request the
+  // engine finished before its handler had registered it stayed in the server's table, and
+  // the drain then waited out its 30 s timeout: most runs of this test, before the fix.)
+  for (const char* log : {"server-plain.log", "server-dflash.log", "server-dflash_dspark.log"}) {
+    const std::string text = dsinfer_test::slurp(out + "/" + log);
+    EXPECT_NE(text.find("serve: stopped"), std::string::npos) << log << ": " << text;
+    EXPECT_EQ(text.find("drain timeout ("), std::string::npos) << log << ": " << text;
+  }
 }
 
 TEST(V4Serving, ATokenizerOfAnotherModelIsRefusedAtLoad) {

@@ -233,6 +233,13 @@ TEST(V4Engine, PoolIsSizedFromTheStateShapeAndKeepsNoPrefixCache) {
     LLMEngine e(*s.model, o);
     EXPECT_EQ(e.stats().kv_blocks_total, 20);
   }
+  // A budget beyond what max_running full-length sequences can use is not taken: without a
+  // prefix cache no block outlives its request (4 x (ceil(129 / 8) + 1) = 72 blocks).
+  o.kv_budget_bytes = uint64_t{1} << 34;
+  {
+    LLMEngine e(*s.model, o);
+    EXPECT_EQ(e.stats().kv_blocks_total, 72);
+  }
   // The bounded state of the running sequences alone does not fit: refused in one line.
   o.cache_prealloc_ratio = 1.0;
   o.kv_budget_bytes = 3 * shape.bytes_per_sequence;
