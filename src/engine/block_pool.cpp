@@ -46,9 +46,13 @@ uint64_t KVLayout::bytes_per_block() const {
          static_cast<uint64_t>(block_size) * dtype_size(dtype);
 }
 
-int64_t blocks_for_budget(uint64_t budget_bytes, double prealloc_ratio, const KVLayout& layout) {
+void check_prealloc_ratio(double prealloc_ratio) {
   check(prealloc_ratio > 0.0 && prealloc_ratio <= 1.0,
         "--cache-prealloc-ratio must be in (0, 1] (got " + std::to_string(prealloc_ratio) + ")");
+}
+
+int64_t blocks_for_budget(uint64_t budget_bytes, double prealloc_ratio, const KVLayout& layout) {
+  check_prealloc_ratio(prealloc_ratio);
   check(layout.n_layers > 0 && layout.n_kv_heads > 0 && layout.head_dim > 0 && layout.block_size > 0,
         "KV pool: layout needs layers, kv heads, head dim and block size > 0");
   const long double bytes = static_cast<long double>(budget_bytes) * prealloc_ratio;

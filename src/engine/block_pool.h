@@ -61,6 +61,8 @@ struct KVLayout {
 // the drafter. blocks = floor(budget_bytes * ratio / bytes_per_block). Throws Error when
 // the ratio is outside (0, 1] or the layout is empty.
 int64_t blocks_for_budget(uint64_t budget_bytes, double prealloc_ratio, const KVLayout& layout);
+// The --cache-prealloc-ratio rule of every pool sizing: in (0, 1], else Error naming it.
+void check_prealloc_ratio(double prealloc_ratio);
 
 struct BlockPoolConfig {
   int64_t num_blocks = 0;  // >= shard_count

@@ -230,8 +230,7 @@ LLMEngine::LLMEngine(Model& model, const EngineOptions& opts) : model_(model), o
     // A model with its own state shape (DeepSeek-V4): every running sequence's bounded
     // state comes off the budget first, the rest is blocks at the state's per-token rate
     // (and the feature store's, with a drafter).
-    if (!(opts_.cache_prealloc_ratio > 0.0 && opts_.cache_prealloc_ratio <= 1.0))
-      throw Error("--cache-prealloc-ratio: must be in (0, 1], got " + std::to_string(opts_.cache_prealloc_ratio));
+    check_prealloc_ratio(opts_.cache_prealloc_ratio);
     const double budget = static_cast<double>(opts_.kv_budget_bytes) * opts_.cache_prealloc_ratio -
                           static_cast<double>(opts_.max_running) * static_cast<double>(shape.bytes_per_sequence);
     const double per_block = static_cast<double>(bs) * (static_cast<double>(shape.bytes_per_token) + feature_row_bytes());

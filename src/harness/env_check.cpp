@@ -221,33 +221,25 @@ ModelCheck check_model(const std::string& dir, const std::string& drafter_dir, c
   else
     for (const char* c : {"/../dspark", "/../dflash", "/drafter"}) candidates.push_back(dir + c);
   for (const std::string& d : candidates) {
-    if (v4 && is_deepseek_v4_dir(d)) {
-      // The stages inside the checkpoint (serve --spec dspark finds them without a path).
-      m.drafter_found = true;
-      m.drafter_dir = std::filesystem::weakly_canonical(d).string();
-      try {
-        const V4DSparkConfig dc = parse_v4_dspark_config(d, parse_deepseek_v4_config(cfg));
-        m.drafter_compatible = true;
-        m.drafter_kind = "dspark (DeepSeek-V4 mtp.*, block " + std::to_string(dc.block_size) + ")";
-        m.confidence_head = safetensors_has_tensor_containing(d, "confidence_head.");
-        m.calibration = file_exists(d + "/calibration.json");
-        if (m.calibration) load_calibration(d);
-      } catch (const Error& e) {
-        m.drafter_compatible = false;
-        m.drafter_error = e.what();
-      }
-      break;
-    }
-    if (!file_exists(d + "/config.json")) continue;
+    // A DeepSeek-V4 checkpoint holds its drafter as mtp.* stages (serve --spec dspark finds
+    // them without a path); any other directory is a drafter checkpoint of its own.
+    const bool v4_stages = v4 && is_deepseek_v4_dir(d);
+    if (!v4_stages && !file_exists(d + "/config.json")) continue;
     m.drafter_found = true;
     m.drafter_dir = std::filesystem::weakly_canonical(d).string();
     try {
-      const DraftConfig dc = parse_draft_config(d, cfg);
+      if (v4_stages) {
+        const V4DSparkConfig dc = parse_v4_dspark_config(d, parse_deepseek_v4_config(cfg));
+        m.drafter_kind = "dspark (DeepSeek-V4 mtp.*, block " + std::to_string(dc.block_size) + ")";
+        m.confidence_head = safetensors_has_tensor_containing(d, "confidence_head.");
+      } else {
+        const DraftConfig dc = parse_draft_config(d, cfg);
+        m.confidence_head = dc.confidence_head;
+        m.drafter_kind = dc.dialect == DraftDialect::ZLab ? "dflash (z-lab)"
+                         : (dc.markov_rank > 0 || dc.confidence_head) ? "dspark"
+                                                                       : "dflash (DeepSpec)";
+      }
       m.drafter_compatible = true;
-      m.confidence_head = dc.confidence_head;
-      m.drafter_kind = dc.dialect == DraftDialect::ZLab ? "dflash (z-lab)"
-                       : (dc.markov_rank > 0 || dc.confidence_head) ? "dspark"
-                                                                     : "dflash (DeepSpec)";
       m.calibration = file_exists(d + "/calibration.json");
       // `serve` refuses a calibration.json made for other weights: so does this check.
       if (m.calibration) load_calibration(d);

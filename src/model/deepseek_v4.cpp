@@ -174,9 +174,8 @@ void DeepseekV4Model::forward(KVCache& kv_base, const ForwardBatch& batch, Forwa
   const int64_t D = cfg_.hidden, V = cfg_.vocab;
   const int nhc = cfg_.hc_mult;
   const ForwardBatchSize bs =
-      paged ? check_forward_batch(batch, *paged, V, cfg_.layers, [&](int s) { return int64_t(paged->capacity(s)); })
+      paged ? paged->begin_forward(batch, V, cfg_.layers)
             : check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
-  if (paged) paged->sync(batch);
   const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int64_t n_cap = static_cast<int64_t>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);

@@ -13,7 +13,8 @@ SlotStatePagedCache::SlotStatePagedCache(std::unique_ptr<KVCache> state, int blo
                    state ? state->max_tokens() : 0),
       state_(std::move(state)) {}
 
-void SlotStatePagedCache::sync(const ForwardBatch& batch) {
+ForwardBatchSize SlotStatePagedCache::begin_forward(const ForwardBatch& batch, int64_t vocab, int layers) {
+  const ForwardBatchSize size = check_forward_batch(batch, *this, vocab, layers, [&](int s) { return int64_t(capacity(s)); });
   for (const ForwardEntry& en : batch.entries) {
     const int table = length(en.slot), held = state_->length(en.slot);
     if (held > table) state_->truncate(en.slot, table);
@@ -22,6 +23,7 @@ void SlotStatePagedCache::sync(const ForwardBatch& batch) {
                   " tokens but its state holds " + std::to_string(held) +
                   " (this model's state cannot be shared or restored by block: no prefix cache)");
   }
+  return size;
 }
 
 void SlotStatePagedCache::copy_block(int32_t src, int32_t dst, int n_tokens) {

@@ -9,7 +9,7 @@
 // state slot per engine slot); the engine's blocks only account for the state's memory (the
 // model reports Model::PagedStateShape::prefix_sharing = false, so the engine's pool keeps
 // no prefix cache and makes no copy-on-write). The engine's table length is the truth:
-// before a forward, sync() cuts each slot's state back to it (a speculative rollback is the
+// before a forward, begin_forward() cuts each slot's state back to it (a speculative rollback is the
 // engine truncating the table; the state's truncate is exact), and an unbind (request
 // finished or preempted) clears the slot's state. A table longer than the state it
 // describes is an Error, never a silent continuation from someone else's rows. The
@@ -27,9 +27,10 @@ class SlotStatePagedCache final : public BlockKVCache {
   SlotStatePagedCache(std::unique_ptr<KVCache> state, int block_size, int64_t num_blocks);
 
   KVCache& state() { return *state_; }
-  // Before a forward over these entries' slots: each slot's state cut back to the table's
-  // length (Error when the state holds fewer positions than the table says).
-  void sync(const ForwardBatch& batch);
+  // What a model's forward calls first: the batch checked against the tables' lengths and
+  // capacities (check_forward_batch's one-line errors), then each slot's state cut back to
+  // its table's length (Error when the state holds fewer positions than the table says).
+  ForwardBatchSize begin_forward(const ForwardBatch& batch, int64_t vocab, int layers);
   // Blocks hold no state of their own: the engine copies blocks only for prefix sharing and
   // compaction, which such a pool never does; a call is a caller bug (Error).
   void copy_block(int32_t src, int32_t dst, int n_tokens) override;

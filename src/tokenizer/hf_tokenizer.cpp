@@ -260,10 +260,14 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool parse_speci
 
 // ---- decode / lookups ---------------------------------------------------------------------------
 
-std::string HfTokenizer::id_to_token(int32_t id) const {
+std::string_view HfTokenizer::token_of(int32_t id) const {
   auto it = added_by_id_.find(id);
   if (it != added_by_id_.end()) return added_[it->second].content;
-  std::string_view t = model_->id_to_token(id);
+  return model_->id_to_token(id);
+}
+
+std::string HfTokenizer::id_to_token(int32_t id) const {
+  const std::string_view t = token_of(id);
   if (t.empty()) throw Error("token id " + std::to_string(id) + " is not in the vocabulary (size " +
                              std::to_string(vocab_size_) + ")");
   return std::string(t);
@@ -277,11 +281,7 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   // skips it: a generated id must never make a stream or a server fail.
   for (int32_t id : ids) {
     if (skip_special && is_special(id)) continue;
-    if (auto it = added_by_id_.find(id); it != added_by_id_.end()) {
-      tokens.push_back(added_[it->second].content);
-      continue;
-    }
-    const std::string_view t = model_->id_to_token(id);
+    const std::string_view t = token_of(id);
     if (!t.empty()) tokens.emplace_back(t);
   }
   if (decoder_) decoder_->decode_chain(tokens);

@@ -65,6 +65,9 @@ class HfTokenizer : public Tokenizer {
   std::vector<Span> split_added(std::string_view s, const AddedTokenMatcher& m, bool parse_special) const;
   void encode_text(std::string_view s, bool parse_special, std::vector<int32_t>& out) const;
   void load_config(const std::string& path);
+  // The token of an id: an added token's content, else the model vocabulary's entry; empty
+  // for an id with neither (Hugging Face's id_to_token None).
+  std::string_view token_of(int32_t id) const;
 
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;

@@ -706,9 +706,8 @@ void DeepseekV4Cuda::run(KVCache& kv_base, const ForwardBatch& batch, ForwardOut
   if (batch.capture_to_cache) throw Error("forward: capture_to_cache is not supported by the DeepSeek-V4 CUDA model");
   const int64_t D = cfg_.hidden, V = cfg_.vocab;
   const ForwardBatchSize bs =
-      paged ? check_forward_batch(batch, *paged, V, cfg_.layers, [&](int s) { return int64_t(paged->capacity(s)); })
+      paged ? paged->begin_forward(batch, V, cfg_.layers)
             : check_forward_batch(batch, *st, V, cfg_.layers, [&](int) { return int64_t(st->max_tokens()); });
-  if (paged) paged->sync(batch);
   const int64_t T = bs.rows, n_logits = bs.logit_rows;
   const int n_cap = static_cast<int>(batch.capture_layers.size());
   out.vocab_size = static_cast<int>(V);
